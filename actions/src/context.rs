@@ -1,0 +1,56 @@
+//! What an action runs with: the validated event, the secrets kept out of it, and the time budget.
+
+use crate::budget::Budget;
+use crate::cli::Action;
+use crate::error::Result;
+use crate::event::Event;
+use crate::template::{self, KbLine};
+use crate::vars::{self, VarMap};
+
+/// Secrets from the environment; never part of the event, never printed (Debug is masked).
+#[derive(Clone, Default)]
+pub struct Secrets {
+    /// pika `requirepass`.
+    pub pika_password: Option<String>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets").field("pika_password", &self.pika_password.as_ref().map(|_| "[redacted]")).finish()
+    }
+}
+
+/// Everything an action needs.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The validated event.
+    pub event: Event,
+    /// Secrets.
+    pub secrets: Secrets,
+    /// This run's time box.
+    pub budget: Budget,
+}
+
+impl Context {
+    /// Collects the action's variables, renders and validates its event.
+    pub fn prepare(action: &Action) -> Result<Self> {
+        Self::from_vars(action.name(), &action.vars())
+    }
+
+    /// Like [`Context::prepare`], from an explicit variable map.
+    pub fn from_vars(action: &str, vars: &VarMap) -> Result<Self> {
+        for secret in vars::SECRETS {
+            if let Some(value) = vars.get(*secret) {
+                crate::redact::register(value);
+            }
+        }
+        let line = KbLine::from_vars(vars)?;
+        let doc = template::render(action, line, vars)?;
+        let template_var =
+            if vars.contains_key(vars::ACTION_TEMPLATES_DIR) { vars::ACTION_TEMPLATES_DIR } else { "template" };
+        let event = Event::from_document(action, doc, template_var)?;
+        let secrets = Secrets { pika_password: vars.get(vars::PIKA_PASSWORD).filter(|p| !p.is_empty()).cloned() };
+        let budget = Budget::new(event.budget_seconds());
+        Ok(Self { event, secrets, budget })
+    }
+}

@@ -1,0 +1,484 @@
+//! The typed event an action acts on: what happened (which action, cluster, shard, pods, KubeBlocks line).
+//!
+//! Parsed from the rendered template, then validated across fields (pods belong to this cluster and shard, names
+//! agree), each failure naming the variable the built-in templates take that field from.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::template::KbLine;
+use crate::vars;
+
+/// Fields every Codis-facing event carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Common {
+    /// The KubeBlocks line the action runs on.
+    pub kubeblocks: KbLine,
+    /// The Cluster object.
+    pub cluster: ClusterRef,
+    /// The codis-dashboard.
+    pub codis: CodisRef,
+    /// etcd endpoints (empty where the action needs none).
+    pub etcd: Vec<String>,
+    /// How to reach the pikas.
+    pub pika: PikaRef,
+    /// Seconds this run may work.
+    pub budget_seconds: u64,
+}
+
+/// The Cluster object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterRef {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// The codis-dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodisRef {
+    /// `host:port` of the admin API.
+    pub dashboard: String,
+    /// The product name, when given (it must then match the dashboard's).
+    pub product: Option<String>,
+}
+
+/// How to reach pika servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PikaRef {
+    /// The pika port every server is registered with.
+    pub port: u16,
+    /// Whether a password is set (the password itself never enters an event).
+    pub auth: bool,
+    /// Where some server addresses really are (`<fqdn>:<port>` → `host:port`), for port-forwards and tests.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, String>,
+}
+
+/// A pod, named by its FQDN.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Pod {
+    /// `<pod>.<service>.<namespace>.svc...`
+    pub fqdn: String,
+}
+
+impl TryFrom<String> for Pod {
+    type Error = String;
+    fn try_from(fqdn: String) -> std::result::Result<Self, String> {
+        crate::template::check_fqdn(&fqdn)?;
+        let pod = Self { fqdn: fqdn.trim_end_matches('.').to_ascii_lowercase() };
+        pod.ordinal().ok_or_else(|| format!("pod name {:?} does not end in an ordinal", pod.name()))?;
+        Ok(pod)
+    }
+}
+
+impl From<Pod> for String {
+    fn from(pod: Pod) -> Self {
+        pod.fqdn
+    }
+}
+
+impl Pod {
+    /// The pod name: the FQDN's first label.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.fqdn.split('.').next().unwrap_or_default()
+    }
+
+    /// The headless service: the FQDN's second label.
+    #[must_use]
+    pub fn service(&self) -> &str {
+        self.fqdn.split('.').nth(1).unwrap_or_default()
+    }
+
+    /// The namespace: the FQDN's third label.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        self.fqdn.split('.').nth(2).unwrap_or_default()
+    }
+
+    /// The number after the pod name's last `-`.
+    #[must_use]
+    pub fn ordinal(&self) -> Option<u32> {
+        self.name().rsplit_once('-').and_then(|(_, n)| n.parse().ok())
+    }
+
+    /// The address the pod is registered under in Codis: `<fqdn>:<port>`.
+    #[must_use]
+    pub fn server(&self, port: u16) -> String {
+        format!("{}:{port}", self.fqdn)
+    }
+}
+
+/// A pod named by KubeBlocks with both its name and FQDN.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    /// The pod name.
+    pub name: String,
+    /// The pod.
+    pub fqdn: Pod,
+}
+
+/// A shard: one pika component, one Codis group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// Full component name `<cluster>-<sharding>-<id>`.
+    pub name: String,
+    /// Its pods (desired spec: includes pods being created by a scale-out).
+    pub pods: Vec<Pod>,
+}
+
+/// 1.0.x legacy component lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Legacy {
+    /// `KB_CLUSTER_COMPONENT_LIST`.
+    pub components: Vec<String>,
+    /// `KB_CLUSTER_COMPONENT_DELETING_LIST`.
+    pub deleting: Vec<String>,
+    /// `KB_CLUSTER_COMPONENT_UNDELETED_LIST`.
+    pub undeleted: Vec<String>,
+}
+
+/// The event of each action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Event {
+    /// `post-provision`.
+    PostProvision {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The shard the action runs in (on 1.0.x: the shard being provisioned).
+        shard: Shard,
+        /// Every shard of the cluster.
+        shards: Vec<Shard>,
+        /// 1.0.x component lists.
+        legacy: Option<Legacy>,
+    },
+    /// `shard-add`.
+    ShardAdd {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The shard the action runs in.
+        shard: Shard,
+        /// Every shard of the cluster.
+        shards: Vec<Shard>,
+        /// The added shard's full name.
+        added: String,
+    },
+    /// `shard-remove`.
+    ShardRemove {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The shard the action runs in.
+        shard: Shard,
+        /// Every shard of the cluster.
+        shards: Vec<Shard>,
+        /// The removed shard's full name.
+        removed: String,
+    },
+    /// `pre-terminate`.
+    PreTerminate {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The shard being terminated.
+        shard: Shard,
+        /// Every shard of the cluster (empty on cluster deletion).
+        shards: Vec<Shard>,
+        /// 1.0.x component lists.
+        legacy: Legacy,
+        /// Whether the number of shards decreased (drain) rather than the cluster being deleted.
+        scaling_in: bool,
+    },
+    /// `member-join`.
+    MemberJoin {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The pod's shard.
+        shard: Shard,
+        /// The joining pod.
+        member: PodRef,
+    },
+    /// `member-leave`.
+    MemberLeave {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The pod's shard.
+        shard: Shard,
+        /// The leaving pod.
+        member: PodRef,
+    },
+    /// `switchover`.
+    Switchover {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// The pod's shard.
+        shard: Shard,
+        /// The pod about to restart or leave.
+        current: PodRef,
+        /// Its role label as KubeBlocks saw it.
+        role: Option<String>,
+        /// The requested new master (OpsRequest only).
+        candidate: Option<PodRef>,
+    },
+    /// `role-probe`.
+    RoleProbe {
+        /// The KubeBlocks line.
+        kubeblocks: KbLine,
+        /// The local pika's host.
+        host: String,
+        /// How to reach it.
+        pika: PikaRef,
+        /// Seconds this run may work.
+        budget_seconds: u64,
+    },
+    /// `rejoin`.
+    Rejoin {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// This pod's shard.
+        shard: Shard,
+        /// This pod's name.
+        pod: String,
+    },
+}
+
+impl Event {
+    /// Parses and validates the rendered document of `action`; `template_var` names the template's source.
+    pub fn from_document(action: &str, doc: Value, template_var: &str) -> Result<Self> {
+        let event: Self = serde_json::from_value(doc)
+            .map_err(|e| Error::invalid(template_var, format!("the {action} event does not parse: {e}")))?;
+        if event.action() != action {
+            return Err(Error::invalid(
+                template_var,
+                format!("the {action} template rendered a {} event", event.action()),
+            ));
+        }
+        event.validate()?;
+        Ok(event)
+    }
+
+    /// The action's kebab-case name.
+    #[must_use]
+    pub fn action(&self) -> &'static str {
+        match self {
+            Self::PostProvision { .. } => "post-provision",
+            Self::ShardAdd { .. } => "shard-add",
+            Self::ShardRemove { .. } => "shard-remove",
+            Self::PreTerminate { .. } => "pre-terminate",
+            Self::MemberJoin { .. } => "member-join",
+            Self::MemberLeave { .. } => "member-leave",
+            Self::Switchover { .. } => "switchover",
+            Self::RoleProbe { .. } => "role-probe",
+            Self::Rejoin { .. } => "rejoin",
+        }
+    }
+
+    /// The common fields (every action but `role-probe`).
+    #[must_use]
+    pub fn common(&self) -> Option<&Common> {
+        match self {
+            Self::PostProvision { common, .. }
+            | Self::ShardAdd { common, .. }
+            | Self::ShardRemove { common, .. }
+            | Self::PreTerminate { common, .. }
+            | Self::MemberJoin { common, .. }
+            | Self::MemberLeave { common, .. }
+            | Self::Switchover { common, .. }
+            | Self::Rejoin { common, .. } => Some(common),
+            Self::RoleProbe { .. } => None,
+        }
+    }
+
+    /// Seconds this run may work.
+    #[must_use]
+    pub fn budget_seconds(&self) -> u64 {
+        match self {
+            Self::RoleProbe { budget_seconds, .. } => *budget_seconds,
+            other => other.common().map_or(50, |c| c.budget_seconds),
+        }
+    }
+
+    /// Cross-field checks; each failure names the variable the built-in templates read the field from.
+    pub fn validate(&self) -> Result<()> {
+        let Some(common) = self.common() else { return Ok(()) };
+        let cluster = &common.cluster;
+        crate::template::check_label(&cluster.name).map_err(|e| Error::invalid(vars::CLUSTER_NAME, e))?;
+        crate::template::check_label(&cluster.namespace).map_err(|e| Error::invalid(vars::CLUSTER_NAMESPACE, e))?;
+        if let Some(product) = &common.codis.product {
+            if product.contains(['/', ' ', '#', '?']) {
+                return Err(Error::invalid(vars::CODIS_PRODUCT_NAME, format!("{product:?} is not a product name")));
+            }
+        }
+        match self {
+            Self::PostProvision { shard, shards, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                check_shards(cluster, shards)?;
+                require_listed(shard, shards, vars::SHARD_NAME)?;
+            }
+            Self::ShardAdd { shard, shards, added, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                check_shards(cluster, shards)?;
+                check_shard_name(cluster, added, vars::KB_ADD_SHARD_NAME)?;
+                if !shards.iter().any(|s| &s.name == added) {
+                    return Err(Error::invalid(
+                        vars::KB_ADD_SHARD_NAME,
+                        format!("{added} is not among the shards of {}", vars::ALL_SHARDS_POD_FQDNS),
+                    ));
+                }
+            }
+            Self::ShardRemove { shard, shards, removed, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                check_shards(cluster, shards)?;
+                check_shard_name(cluster, removed, vars::KB_REMOVE_SHARD_NAME)?;
+            }
+            Self::PreTerminate { shard, shards, scaling_in, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                if *scaling_in {
+                    check_shards(cluster, shards)?;
+                }
+            }
+            Self::MemberJoin { shard, member, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                check_member(shard, member, vars::KB_JOIN_MEMBER_POD_NAME, vars::KB_JOIN_MEMBER_POD_FQDN)?;
+                if !shard.pods.contains(&member.fqdn) {
+                    return Err(Error::invalid(
+                        vars::KB_JOIN_MEMBER_POD_FQDN,
+                        format!("{} is not a pod of {} ({})", member.fqdn.fqdn, shard.name, vars::SHARD_POD_FQDNS),
+                    ));
+                }
+            }
+            Self::MemberLeave { shard, member, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                // The leaving pod is already gone from the desired pod list: check only that it is this shard's.
+                check_member(shard, member, vars::KB_LEAVE_MEMBER_POD_NAME, vars::KB_LEAVE_MEMBER_POD_FQDN)?;
+            }
+            Self::Switchover { shard, current, candidate, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                check_member(shard, current, vars::KB_SWITCHOVER_CURRENT_NAME, vars::KB_SWITCHOVER_CURRENT_FQDN)?;
+                if let Some(candidate) = candidate {
+                    check_member(
+                        shard,
+                        candidate,
+                        vars::KB_SWITCHOVER_CANDIDATE_NAME,
+                        vars::KB_SWITCHOVER_CANDIDATE_FQDN,
+                    )?;
+                    if candidate.fqdn == current.fqdn {
+                        return Err(Error::invalid(
+                            vars::KB_SWITCHOVER_CANDIDATE_FQDN,
+                            "the candidate is the current pod itself",
+                        ));
+                    }
+                }
+            }
+            Self::Rejoin { shard, pod, .. } => {
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                if !shard.pods.iter().any(|p| p.name() == pod) {
+                    return Err(Error::invalid(
+                        vars::POD_NAME,
+                        format!("{pod} is not a pod of {} ({})", shard.name, vars::SHARD_POD_FQDNS),
+                    ));
+                }
+            }
+            Self::RoleProbe { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+fn check_shard_name(cluster: &ClusterRef, name: &str, var: &str) -> Result<()> {
+    crate::template::check_label(name).map_err(|e| Error::invalid(var, e))?;
+    if !name.starts_with(&format!("{}-", cluster.name)) {
+        return Err(Error::invalid(var, format!("{name} is not a component of cluster {}", cluster.name)));
+    }
+    Ok(())
+}
+
+/// Every pod must be `<shard>-<n>.<shard>-headless.<namespace>.svc...`: anything else is another shard's or cluster's.
+fn check_shard(cluster: &ClusterRef, shard: &Shard, pods_var: &str) -> Result<()> {
+    let name_var = if pods_var == vars::SHARD_POD_FQDNS { vars::SHARD_NAME } else { pods_var };
+    check_shard_name(cluster, &shard.name, name_var)?;
+    if shard.pods.is_empty() {
+        return Err(Error::invalid(pods_var, format!("shard {} has no pods", shard.name)));
+    }
+    for pod in &shard.pods {
+        check_pod_of(cluster, shard, pod, pods_var)?;
+    }
+    Ok(())
+}
+
+fn check_pod_of(cluster: &ClusterRef, shard: &Shard, pod: &Pod, var: &str) -> Result<()> {
+    let service = format!("{}-headless", shard.name);
+    let prefix = format!("{}-", shard.name);
+    let own_name = pod.name().strip_prefix(&prefix).is_some_and(|rest| rest.parse::<u32>().is_ok());
+    if pod.service() != service || !own_name {
+        return Err(Error::invalid(var, format!("{} is not a pod of shard {}", pod.fqdn, shard.name)));
+    }
+    if pod.namespace() != cluster.namespace {
+        return Err(Error::invalid(
+            var,
+            format!("{} is in namespace {}, not {}", pod.fqdn, pod.namespace(), cluster.namespace),
+        ));
+    }
+    Ok(())
+}
+
+fn check_shards(cluster: &ClusterRef, shards: &[Shard]) -> Result<()> {
+    if shards.is_empty() {
+        return Err(Error::invalid(vars::ALL_SHARDS_POD_FQDNS, "lists no shard"));
+    }
+    for shard in shards {
+        check_shard(cluster, shard, vars::ALL_SHARDS_POD_FQDNS)?;
+    }
+    Ok(())
+}
+
+fn require_listed(shard: &Shard, shards: &[Shard], var: &str) -> Result<()> {
+    if shards.iter().any(|s| s.name == shard.name) {
+        Ok(())
+    } else {
+        Err(Error::invalid(var, format!("{} is not among the shards of {}", shard.name, vars::ALL_SHARDS_POD_FQDNS)))
+    }
+}
+
+fn check_member(shard: &Shard, member: &PodRef, name_var: &str, fqdn_var: &str) -> Result<()> {
+    if member.fqdn.name() != member.name {
+        return Err(Error::invalid(
+            name_var,
+            format!("{} does not match the pod of {fqdn_var} ({})", member.name, member.fqdn.fqdn),
+        ));
+    }
+    let service = format!("{}-headless", shard.name);
+    if member.fqdn.service() != service {
+        return Err(Error::invalid(fqdn_var, format!("{} is not a pod of shard {}", member.fqdn.fqdn, shard.name)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_parts_come_from_the_fqdn() {
+        let pod = Pod::try_from("c1-pika-x7k-2.c1-pika-x7k-headless.ns.svc.cluster.local".to_owned()).unwrap();
+        assert_eq!(pod.name(), "c1-pika-x7k-2");
+        assert_eq!(pod.service(), "c1-pika-x7k-headless");
+        assert_eq!(pod.namespace(), "ns");
+        assert_eq!(pod.ordinal(), Some(2));
+        assert_eq!(pod.server(9221), "c1-pika-x7k-2.c1-pika-x7k-headless.ns.svc.cluster.local:9221");
+        assert!(Pod::try_from("c1-pika.c1-pika-headless.ns.svc".to_owned()).is_err());
+    }
+}

@@ -1,0 +1,98 @@
+//! `pika-action`: KubeBlocks lifecycle actions for Pika sharded behind Codis.
+//!
+//! Pipeline of every run: the CLI collects the contract's variables ([`vars`]), the action's template renders them
+//! into an event document ([`template`]), which is parsed and validated into a typed [`event::Event`]; only then does
+//! the action module act, through small clients for Codis ([`codis`]), pika ([`pika`]), etcd ([`etcd`]) and
+//! Kubernetes ([`kube`]). Failures map to exit codes in one place ([`error`]).
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod budget;
+pub mod cli;
+pub mod codis;
+pub mod context;
+pub mod error;
+pub mod etcd;
+pub mod event;
+pub mod kube;
+pub mod pika;
+pub mod plan;
+pub mod redact;
+pub mod template;
+pub mod vars;
+
+pub mod member_join;
+pub mod member_leave;
+pub mod post_provision;
+pub mod pre_terminate;
+pub mod rejoin;
+pub mod role_probe;
+pub mod shard_add;
+pub mod shard_remove;
+pub mod switchover;
+
+use cli::{Action, Cli, Command};
+use context::Context;
+use error::{Error, Result};
+use event::Event;
+
+/// Runs what the command line asks for and returns what goes on stdout.
+pub fn run(cli: Cli) -> Result<String> {
+    match cli.command {
+        Command::Render { action } => {
+            let ctx = Context::prepare(&action)?;
+            serde_json::to_string_pretty(&ctx.event).map_err(|e| Error::Refused(format!("cannot print event: {e}")))
+        }
+        Command::Action(action) => {
+            let ctx = Context::prepare(&action)?;
+            dispatch(&ctx)
+        }
+    }
+}
+
+/// Hands the validated event to its action. `role-probe` runs without an async runtime: it is the hot path.
+pub fn dispatch(ctx: &Context) -> Result<String> {
+    if let Event::RoleProbe { .. } = ctx.event {
+        return role_probe::run(ctx);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Refused(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        match &ctx.event {
+            Event::PostProvision { .. } => post_provision::run(ctx).await,
+            Event::ShardAdd { .. } => shard_add::run(ctx).await,
+            Event::ShardRemove { .. } => shard_remove::run(ctx).await,
+            Event::PreTerminate { .. } => pre_terminate::run(ctx).await,
+            Event::MemberJoin { .. } => member_join::run(ctx).await,
+            Event::MemberLeave { .. } => member_leave::run(ctx).await,
+            Event::Switchover { .. } => switchover::run(ctx).await,
+            Event::Rejoin { .. } => rejoin::run(ctx).await,
+            Event::RoleProbe { .. } => role_probe::run(ctx),
+        }
+    })
+}
+
+/// Sets up `tracing` on stderr, secrets scrubbed, in the format `LOG_FORMAT` asks for.
+pub fn init_logging(cli: &Cli) {
+    let action = match &cli.command {
+        Command::Action(a) | Command::Render { action: a } => a,
+    };
+    let json = action.vars().get(vars::LOG_FORMAT).is_some_and(|f| f.eq_ignore_ascii_case("json"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PIKA_ACTION_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(redact::ScrubbedStderr)
+        .with_target(false)
+        .with_ansi(false);
+    // A second initialisation (tests calling in-process) is harmless.
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+/// The name of an action, for callers that hold only the CLI.
+#[must_use]
+pub fn action_name(action: &Action) -> &'static str {
+    action.name()
+}

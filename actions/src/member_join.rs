@@ -1,0 +1,10 @@
+//! The `member-join` action.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+/// Runs the action.
+pub async fn run(ctx: &Context) -> Result<String> {
+    let _ = ctx;
+    Err(Error::Refused("member-join is not implemented yet".into()))
+}

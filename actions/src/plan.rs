@@ -1,0 +1,1 @@
+//! Pure planning: which slots move where, which replica becomes master. No I/O.

@@ -1,0 +1,10 @@
+//! The `rejoin` action.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+/// Runs the action.
+pub async fn run(ctx: &Context) -> Result<String> {
+    let _ = ctx;
+    Err(Error::Refused("rejoin is not implemented yet".into()))
+}

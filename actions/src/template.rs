@@ -1,0 +1,417 @@
+//! Stage two of configuration: render the action's Tera template over the variables into an event document.
+//!
+//! Templates are built in (from `templates/events/` at the top of the repository) and may be replaced at run time by
+//! files of the same name in `ACTION_TEMPLATES_DIR`. The functions below are the only way a template reads a
+//! variable; each validates its variable and, when it is missing or malformed, fails naming it, so that the caller
+//! can report exit 2 with the variable's name.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::vars::{self, VarMap};
+
+/// The KubeBlocks release lines the addon supports; they differ in which actions run and which variables exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum KbLine {
+    /// 1.0.x GA: component postProvision/preTerminate with the legacy `KB_CLUSTER_COMPONENT_*` variables.
+    #[serde(rename = "1.0")]
+    V1_0,
+    /// 1.1 and later: ShardingDefinition postProvision, shardAdd and shardRemove.
+    #[serde(rename = "1.1")]
+    V1_1,
+}
+
+impl KbLine {
+    /// The line's name as used in template file names and events.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1_0 => "1.0",
+            Self::V1_1 => "1.1",
+        }
+    }
+
+    /// `KUBEBLOCKS_LINE` when set (`1.0`, `1.0.2`, `1.1`, `v1.2.0-alpha.3`, ...); otherwise 1.0 exactly when the
+    /// legacy component list is present, since 1.1 removed it.
+    pub fn from_vars(vars: &VarMap) -> Result<Self> {
+        let Some(raw) = vars.get(vars::KUBEBLOCKS_LINE).filter(|v| !v.trim().is_empty()) else {
+            return Ok(if vars.contains_key(vars::KB_CLUSTER_COMPONENT_LIST) { Self::V1_0 } else { Self::V1_1 });
+        };
+        let text = raw.trim().trim_start_matches('v');
+        let mut parts = text.split(['.', '-']);
+        let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+        let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+        match (major, minor) {
+            (Some(1), Some(0)) => Ok(Self::V1_0),
+            (Some(1), Some(m)) if m >= 1 => Ok(Self::V1_1),
+            _ => Err(Error::invalid(
+                vars::KUBEBLOCKS_LINE,
+                format!("unknown KubeBlocks line {raw:?}: expected 1.0 or 1.1 (or a version such as 1.0.2 or 1.2.0)"),
+            )),
+        }
+    }
+}
+
+macro_rules! builtin {
+    ($($name:literal),* $(,)?) => {
+        /// The built-in templates, by file name.
+        pub const BUILTIN: &[(&str, &str)] = &[$(($name, include_str!(concat!("../../templates/events/", $name)))),*];
+    };
+}
+
+builtin!(
+    "post-provision.1.0.tera",
+    "post-provision.1.1.tera",
+    "pre-terminate.1.0.tera",
+    "shard-add.1.1.tera",
+    "shard-remove.1.1.tera",
+    "member-join.tera",
+    "member-leave.tera",
+    "switchover.tera",
+    "role-probe.tera",
+    "rejoin.tera",
+    "common.tera",
+);
+
+thread_local! {
+    /// The variable a template function last rejected; Tera's error text alone does not say which.
+    static REJECTED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
+}
+
+fn reject(var: &str, reason: impl Into<String>) -> tera::Error {
+    let reason = reason.into();
+    REJECTED.with(|r| *r.borrow_mut() = Some((var.to_owned(), reason.clone())));
+    tera::Error::msg(format!("{var}: {reason}"))
+}
+
+/// Renders the event document for `action` on `line` from `vars`.
+pub fn render(action: &str, line: KbLine, vars: &VarMap) -> Result<Value> {
+    let dir = vars.get(vars::ACTION_TEMPLATES_DIR).filter(|d| !d.is_empty());
+    let (name, source) = select(action, line, dir.map(Path::new))?;
+    let common = load("common.tera", dir.map(Path::new))?.unwrap_or_default();
+
+    let mut tera = tera::Tera::default();
+    tera.autoescape_on(vec![]);
+    register_functions(&mut tera, vars, line);
+    tera.add_raw_templates(vec![("common.tera", common.as_str()), (name.as_str(), source.as_str())])
+        .map_err(|e| Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))))?;
+
+    REJECTED.with(|r| r.borrow_mut().take());
+    let text = tera.render(&name, &tera::Context::new()).map_err(|e| {
+        match REJECTED.with(|r| r.borrow_mut().take()) {
+            Some((var, reason)) => Error::invalid(var, reason),
+            None => Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))),
+        }
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::invalid(template_var(dir), format!("template {name} did not render a JSON event: {e}"))
+    })
+}
+
+fn template_var(dir: Option<&String>) -> &'static str {
+    if dir.is_some() { vars::ACTION_TEMPLATES_DIR } else { "template" }
+}
+
+fn chain(err: &tera::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Picks `<action>.<line>.tera`, else `<action>.tera`, from the directory first, then the built-ins.
+fn select(action: &str, line: KbLine, dir: Option<&Path>) -> Result<(String, String)> {
+    for name in [format!("{action}.{}.tera", line.as_str()), format!("{action}.tera")] {
+        if let Some(source) = load(&name, dir)? {
+            return Ok((name, source));
+        }
+    }
+    Err(Error::invalid(
+        vars::KUBEBLOCKS_LINE,
+        format!("{action} has no event template for KubeBlocks {}: it does not run on that line", line.as_str()),
+    ))
+}
+
+fn load(name: &str, dir: Option<&Path>) -> Result<Option<String>> {
+    if let Some(dir) = dir {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => return Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::invalid(vars::ACTION_TEMPLATES_DIR, format!("cannot read {}: {e}", path.display())));
+            }
+        }
+    }
+    Ok(BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, s)| (*s).to_owned()))
+}
+
+fn arg_str<'a>(args: &'a HashMap<String, Value>, key: &str) -> tera::Result<&'a str> {
+    args.get(key).and_then(Value::as_str).ok_or_else(|| tera::Error::msg(format!("missing argument `{key}`")))
+}
+
+fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine) {
+    let vars = Arc::new(vars.clone());
+
+    // required(var): a non-empty string.
+    let v = Arc::clone(&vars);
+    tera.register_function("required", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        required(&v, var).map(Value::from)
+    });
+
+    // optional(var, default=null): the value, or the default when unset or empty.
+    let v = Arc::clone(&vars);
+    tera.register_function("optional", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        Ok(match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            Some(s) => Value::from(s),
+            None => args.get("default").cloned().unwrap_or(Value::Null),
+        })
+    });
+
+    // is_set(var): whether the variable is set and non-empty.
+    let v = Arc::clone(&vars);
+    tera.register_function("is_set", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        Ok(Value::Bool(v.get(var).is_some_and(|s| !s.trim().is_empty())))
+    });
+
+    // number(var, default, min, max): an integer in range.
+    let v = Arc::clone(&vars);
+    tera.register_function("number", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let min = args.get("min").and_then(Value::as_u64).unwrap_or(0);
+        let max = args.get("max").and_then(Value::as_u64).unwrap_or(u64::MAX);
+        let raw = match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            Some(s) => s,
+            None => {
+                return args.get("default").cloned().ok_or_else(|| reject(var, "is not set"));
+            }
+        };
+        let n: u64 = raw.parse().map_err(|_| reject(var, format!("{raw:?} is not a number")))?;
+        if n < min || n > max {
+            return Err(reject(var, format!("{n} is out of range {min}..={max}")));
+        }
+        Ok(Value::from(n))
+    });
+
+    // flag(var): `true` or `false` (unset = false).
+    let v = Arc::clone(&vars);
+    tera.register_function("flag", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        match v.get(var).map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("" | "false") => Ok(Value::Bool(false)),
+            Some("true") => Ok(Value::Bool(true)),
+            Some(other) => Err(reject(var, format!("{other:?} is neither true nor false"))),
+        }
+    });
+
+    // host_port(var): one `host:port`.
+    let v = Arc::clone(&vars);
+    tera.register_function("host_port", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = required(&v, var)?;
+        check_host_port(&raw).map_err(|e| reject(var, e))?;
+        Ok(Value::from(raw))
+    });
+
+    // host_ports(var): a non-empty comma-separated list of `host:port`.
+    let v = Arc::clone(&vars);
+    tera.register_function("host_ports", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = required(&v, var)?;
+        let list = split_list(&raw, ',');
+        if list.is_empty() {
+            return Err(reject(var, "lists no endpoint"));
+        }
+        for item in &list {
+            check_host_port(item).map_err(|e| reject(var, e))?;
+        }
+        Ok(json!(list))
+    });
+
+    // fqdn(var): one pod FQDN.
+    let v = Arc::clone(&vars);
+    tera.register_function("fqdn", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = required(&v, var)?;
+        check_fqdn(&raw).map_err(|e| reject(var, e))?;
+        Ok(Value::from(raw.to_ascii_lowercase()))
+    });
+
+    // fqdns(var): a non-empty comma-separated list of pod FQDNs.
+    let v = Arc::clone(&vars);
+    tera.register_function("fqdns", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = required(&v, var)?;
+        fqdn_list(&raw).map(|l| json!(l)).map_err(|e| reject(var, e))
+    });
+
+    // shard_map(var): `[{"short": "<sharding>-<id>", "pods": [fqdn, ...]}, ...]` from `a:f1,f2;b:f3`.
+    let v = Arc::clone(&vars);
+    tera.register_function("shard_map", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = required(&v, var)?;
+        let mut shards = Vec::new();
+        for entry in split_list(&raw, ';') {
+            let (short, pods) =
+                entry.split_once(':').ok_or_else(|| reject(var, format!("entry {entry:?} is not <shard>:<fqdn>,...")))?;
+            let short = short.trim();
+            check_label(short).map_err(|e| reject(var, format!("shard name {short:?}: {e}")))?;
+            let pods = fqdn_list(pods).map_err(|e| reject(var, format!("shard {short}: {e}")))?;
+            if shards.iter().any(|s: &Value| s["short"] == short) {
+                return Err(reject(var, format!("shard {short} is listed twice")));
+            }
+            shards.push(json!({"short": short, "pods": pods}));
+        }
+        if shards.is_empty() {
+            return Err(reject(var, "lists no shard"));
+        }
+        Ok(Value::Array(shards))
+    });
+
+    // names(var): a comma-separated list (possibly empty).
+    let v = Arc::clone(&vars);
+    tera.register_function("names", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        Ok(json!(v.get(var).map(|s| split_list(s, ',')).unwrap_or_default()))
+    });
+
+    // overrides(var): `{"<server>": "<host:port>"}` from `a:9221=127.0.0.1:7001,...` (unset = {}).
+    let v = Arc::clone(&vars);
+    tera.register_function("overrides", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let mut map = serde_json::Map::new();
+        for pair in v.get(var).map(|s| split_list(s, ',')).unwrap_or_default() {
+            let (from, to) =
+                pair.split_once('=').ok_or_else(|| reject(var, format!("{pair:?} is not <server>=<host:port>")))?;
+            check_host_port(from).map_err(|e| reject(var, e))?;
+            check_host_port(to).map_err(|e| reject(var, e))?;
+            map.insert(from.to_ascii_lowercase(), Value::from(to));
+        }
+        Ok(Value::Object(map))
+    });
+
+    // secret_set(var): whether a secret is given; its value never enters a template.
+    let v = Arc::clone(&vars);
+    tera.register_function("secret_set", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        Ok(Value::Bool(v.get(var).is_some_and(|s| !s.is_empty())))
+    });
+
+    tera.register_function("kubeblocks_line", move |_: &HashMap<String, Value>| Ok(Value::from(line.as_str())));
+}
+
+fn required(vars: &VarMap, var: &str) -> tera::Result<String> {
+    if vars::SECRETS.contains(&var) {
+        return Err(tera::Error::msg(format!("{var} is a secret and cannot be rendered")));
+    }
+    match vars.get(var) {
+        None => Err(reject(var, "is not set")),
+        Some(v) if v.trim().is_empty() => Err(reject(var, "is empty")),
+        Some(v) => Ok(v.trim().to_owned()),
+    }
+}
+
+fn split_list(raw: &str, sep: char) -> Vec<String> {
+    raw.split(sep).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+fn fqdn_list(raw: &str) -> std::result::Result<Vec<String>, String> {
+    let list = split_list(raw, ',');
+    if list.is_empty() {
+        return Err("lists no pod".into());
+    }
+    let mut out: Vec<String> = Vec::with_capacity(list.len());
+    for item in list {
+        check_fqdn(&item)?;
+        let item = item.to_ascii_lowercase();
+        if out.contains(&item) {
+            return Err(format!("{item} is listed twice"));
+        }
+        out.push(item);
+    }
+    Ok(out)
+}
+
+/// A DNS-1123 label: lower-case alphanumerics and `-`, 1..=63, not starting or ending with `-`.
+pub fn check_label(label: &str) -> std::result::Result<(), String> {
+    let ok = !label.is_empty()
+        && label.len() <= 63
+        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-');
+    if ok { Ok(()) } else { Err(format!("{label:?} is not a DNS label")) }
+}
+
+/// A pod FQDN: `<pod>.<service>.<namespace>.svc[.<domain>]`, every label DNS-1123, at most 253 characters.
+pub fn check_fqdn(fqdn: &str) -> std::result::Result<(), String> {
+    let fqdn = fqdn.trim_end_matches('.').to_ascii_lowercase();
+    if fqdn.len() > 253 {
+        return Err(format!("{fqdn:?} is longer than 253 characters"));
+    }
+    let labels: Vec<&str> = fqdn.split('.').collect();
+    if labels.len() < 4 || labels[3] != "svc" {
+        return Err(format!("{fqdn:?} is not a pod FQDN <pod>.<service>.<namespace>.svc[.<domain>]"));
+    }
+    for label in &labels {
+        check_label(label).map_err(|e| format!("{fqdn:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `host:port` with a non-empty host and a port in 1..=65535.
+pub fn check_host_port(raw: &str) -> std::result::Result<(), String> {
+    let (host, port) = raw.rsplit_once(':').ok_or_else(|| format!("{raw:?} is not host:port"))?;
+    if host.is_empty() || host.contains(['/', ' ', '@']) {
+        return Err(format!("{raw:?} has no valid host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(format!("{raw:?} has no valid port")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fqdn_checks_accept_pod_fqdns_and_reject_others() {
+        assert!(check_fqdn("c-pika-x7k-0.c-pika-x7k-headless.default.svc.cluster.local").is_ok());
+        assert!(check_fqdn("c-pika-x7k-0.c-pika-x7k-headless.default.svc").is_ok());
+        assert!(check_fqdn("127.0.0.1").is_err());
+        assert!(check_fqdn("Pod_0.svc.ns.svc").is_err());
+        assert!(check_fqdn("a..b.svc").is_err());
+    }
+
+    #[test]
+    fn host_port_needs_a_numeric_port() {
+        assert!(check_host_port("dash:18080").is_ok());
+        assert!(check_host_port("dash:port").is_err());
+        assert!(check_host_port("dash").is_err());
+        assert!(check_host_port("dash:0").is_err());
+    }
+
+    #[test]
+    fn kubeblocks_line_is_read_or_detected() {
+        let mut vars = VarMap::new();
+        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_1));
+        vars.insert(vars::KB_CLUSTER_COMPONENT_LIST.into(), "a,b".into());
+        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_0));
+        vars.insert(vars::KUBEBLOCKS_LINE.into(), "v1.2.0-alpha.3".into());
+        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_1));
+        vars.insert(vars::KUBEBLOCKS_LINE.into(), "0.9".into());
+        assert!(matches!(KbLine::from_vars(&vars), Err(Error::InvalidInput { var, .. }) if var == "KUBEBLOCKS_LINE"));
+    }
+}
