@@ -1,14 +1,10 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The test bed every pika-action test stands on: real etcd and real redis-server processes on free loopback ports
+//! in temporary directories, always stopped on drop, and a Codis dashboard double (see [`codis`]).
+//!
+//! redis-server stands in for pika: both speak RESP and answer `INFO replication`, `SLAVEOF`, `CONFIG REWRITE`.
+//! Nothing here is part of `pika-action`.
+#![warn(missing_docs)]
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod process;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use process::{free_port, EtcdServer, RedisServer};

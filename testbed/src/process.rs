@@ -1,0 +1,400 @@
+//! Real etcd and redis-server processes for tests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A loopback port that was free a moment ago.
+///
+/// # Panics
+/// When the system has no free port.
+#[must_use]
+pub fn free_port() -> u16 {
+    // Binding port 0 lets the kernel pick; ports are handed out roughly in sequence, so a recently freed one is
+    // unlikely to come back soon. Callers retry on a lost race.
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("testbed: {what} did not become ready within {timeout:?}");
+    false
+}
+
+fn stop(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A real `redis-server` on 127.0.0.1, standing in for one pika pod.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    password: Option<String>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a redis-server without a password.
+    #[must_use]
+    pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts a redis-server whose `requirepass` and `masterauth` are `password`.
+    ///
+    /// # Panics
+    /// When redis-server cannot be started.
+    #[must_use]
+    pub fn start_with(password: Option<&str>) -> Self {
+        let mut dir = tempfile::tempdir().expect("temp dir");
+        for _ in 0..5 {
+            let mut server = Self { port: free_port(), password: password.map(str::to_owned), dir, child: None };
+            server.write_config();
+            if server.spawn() {
+                return server;
+            }
+            dir = server.into_dir();
+        }
+        panic!("redis-server did not start (is /usr/bin/redis-server installed?)");
+    }
+
+    fn into_dir(mut self) -> tempfile::TempDir {
+        stop(&mut self.child);
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("redis.conf")
+    }
+
+    fn write_config(&self) {
+        let mut conf = format!(
+            "port {}\nbind 127.0.0.1\ndir {}\nsave \"\"\nappendonly no\nprotected-mode no\nrepl-diskless-sync no\n\
+             repl-ping-replica-period 1\nlogfile {}\n",
+            self.port,
+            self.dir.path().display(),
+            self.dir.path().join("redis.log").display()
+        );
+        if let Some(p) = &self.password {
+            conf.push_str(&format!("requirepass {p}\nmasterauth {p}\n"));
+        }
+        std::fs::write(self.config_path(), conf).expect("write redis.conf");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else { return false };
+        self.child = Some(child);
+        let port = self.port;
+        let password = self.password.clone();
+        let up = wait_until("redis-server", Duration::from_secs(10), || ping(port, password.as_deref()));
+        if !up {
+            stop(&mut self.child);
+        }
+        up
+    }
+
+    /// The port it listens on (127.0.0.1).
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:<port>`.
+    #[must_use]
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's directory (config file, log).
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Kills the process (a crash: nothing is saved beyond what CONFIG REWRITE wrote).
+    pub fn kill(&mut self) {
+        stop(&mut self.child);
+    }
+
+    /// Whether the process is running.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts it again on the same port with the same (possibly rewritten) config file.
+    ///
+    /// # Panics
+    /// When it does not come back.
+    pub fn restart(&mut self) {
+        stop(&mut self.child);
+        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+    }
+
+    /// Starts it again with an empty data directory and a fresh config (a pod rescheduled onto an empty volume).
+    ///
+    /// # Panics
+    /// When it does not come back.
+    pub fn restart_empty(&mut self) {
+        stop(&mut self.child);
+        self.write_config();
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+    }
+
+    /// Runs one command and returns the raw RESP reply (for assertions in tests).
+    ///
+    /// # Panics
+    /// When the server does not answer.
+    #[must_use]
+    pub fn command(&self, args: &[&str]) -> String {
+        command(self.port, self.password.as_deref(), args).expect("redis command")
+    }
+
+    /// `INFO replication` as text.
+    #[must_use]
+    pub fn info_replication(&self) -> String {
+        self.command(&["INFO", "replication"])
+    }
+
+    /// The `role:` of `INFO replication`.
+    #[must_use]
+    pub fn role(&self) -> String {
+        info_field(&self.info_replication(), "role").unwrap_or_default()
+    }
+
+    /// `(master_host, master_port, link up)` when it is a replica.
+    #[must_use]
+    pub fn master(&self) -> Option<(String, u16, bool)> {
+        let info = self.info_replication();
+        if info_field(&info, "role").as_deref() != Some("slave") {
+            return None;
+        }
+        let host = info_field(&info, "master_host")?;
+        let port = info_field(&info, "master_port")?.parse().ok()?;
+        Some((host, port, info_field(&info, "master_link_status").as_deref() == Some("up")))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// The value of `key:` in INFO text.
+#[must_use]
+pub fn info_field(info: &str, key: &str) -> Option<String> {
+    info.lines().find_map(|l| l.trim_end().strip_prefix(key)?.strip_prefix(':').map(str::to_owned))
+}
+
+fn ping(port: u16, password: Option<&str>) -> bool {
+    command(port, password, &["PING"]).is_some_and(|r| r.contains("PONG"))
+}
+
+/// One RESP command on a fresh connection; the reply flattened to text (bulk strings verbatim).
+fn command(port: u16, password: Option<&str>, args: &[&str]) -> Option<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut writer = stream.try_clone().ok()?;
+    let mut reader = BufReader::new(stream);
+    if let Some(p) = password {
+        writer.write_all(&encode(&["AUTH", p])).ok()?;
+        read_reply(&mut reader)?;
+    }
+    writer.write_all(&encode(args)).ok()?;
+    read_reply(&mut reader)
+}
+
+fn encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+fn read_reply(reader: &mut impl BufRead) -> Option<String> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let line = line.trim_end().to_owned();
+    let (kind, rest) = line.split_at(1.min(line.len()));
+    match kind {
+        "+" | "-" | ":" => Some(line),
+        "$" => {
+            let len: i64 = rest.parse().ok()?;
+            if len < 0 {
+                return Some(String::new());
+            }
+            let mut buf = vec![0; usize::try_from(len).ok()? + 2];
+            reader.read_exact(&mut buf).ok()?;
+            buf.truncate(buf.len() - 2);
+            String::from_utf8(buf).ok()
+        }
+        "*" => {
+            let n: i64 = rest.parse().ok()?;
+            let mut parts = Vec::new();
+            for _ in 0..n.max(0) {
+                parts.push(read_reply(reader)?);
+            }
+            Some(parts.join("\n"))
+        }
+        _ => None,
+    }
+}
+
+/// A real single-member etcd (Debian's etcd-server) on 127.0.0.1.
+#[derive(Debug)]
+pub struct EtcdServer {
+    client_port: u16,
+    peer_port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// Starts etcd and waits until it serves.
+    ///
+    /// # Panics
+    /// When etcd cannot be started.
+    #[must_use]
+    pub fn start() -> Self {
+        for _ in 0..5 {
+            let mut server = Self {
+                client_port: free_port(),
+                peer_port: free_port(),
+                dir: tempfile::tempdir().expect("temp dir"),
+                child: None,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("etcd did not start (is /usr/bin/etcd from etcd-server installed?)");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(self.dir.path().join("etcd.log")).ok();
+        let child = Command::new("etcd")
+            .args(["--name", "testbed", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("testbed={peer}")])
+            .args(["--log-level", "error"])
+            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.map_or_else(Stdio::null, Stdio::from))
+            .spawn();
+        let Ok(child) = child else { return false };
+        self.child = Some(child);
+        let port = self.client_port;
+        let up = wait_until("etcd", Duration::from_secs(20), || http_get_ok(port, "/health"));
+        if !up {
+            stop(&mut self.child);
+        }
+        up
+    }
+
+    /// `127.0.0.1:<client port>`, as ETCD_ENDPOINTS takes it.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Stops etcd (its data stays), to test behaviour with etcd down.
+    pub fn stop(&mut self) {
+        stop(&mut self.child);
+    }
+
+    /// Starts it again with the same data.
+    ///
+    /// # Panics
+    /// When it does not come back.
+    pub fn resume(&mut self) {
+        stop(&mut self.child);
+        assert!(self.spawn(), "etcd did not restart");
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+fn http_get_ok(port: u16, path: &str) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).is_err() {
+        return false;
+    }
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply.starts_with("HTTP/1.") && reply.contains(" 200 ") && reply.contains("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_servers_replicate_and_stop() {
+        let a = RedisServer::start();
+        let b = RedisServer::start_with(None);
+        assert_eq!(a.role(), "master");
+        assert!(b.command(&["SLAVEOF", "127.0.0.1", &a.port().to_string()]).contains("OK"));
+        assert!(wait_until("link", Duration::from_secs(10), || b.master().is_some_and(|(_, _, up)| up)));
+        let port = a.port();
+        drop(a);
+        assert!(!ping(port, None));
+    }
+
+    #[test]
+    fn redis_password_is_required_and_config_rewrite_persists_replication() {
+        let a = RedisServer::start_with(Some("pw1"));
+        let mut b = RedisServer::start_with(Some("pw1"));
+        assert!(command(a.port(), None, &["INFO", "replication"]).is_some_and(|r| r.contains("NOAUTH")));
+        b.command(&["SLAVEOF", "127.0.0.1", &a.port().to_string()]);
+        assert!(b.command(&["CONFIG", "REWRITE"]).contains("OK"));
+        b.restart();
+        assert!(wait_until("link", Duration::from_secs(10), || b.master().is_some_and(|(_, _, up)| up)));
+        b.restart_empty();
+        assert_eq!(b.role(), "master");
+    }
+
+    #[test]
+    fn etcd_serves_and_stops() {
+        let mut etcd = EtcdServer::start();
+        let port: u16 = etcd.endpoint().rsplit_once(':').unwrap().1.parse().unwrap();
+        assert!(http_get_ok(port, "/health"));
+        etcd.stop();
+        assert!(!http_get_ok(port, "/health"));
+        etcd.resume();
+        assert!(http_get_ok(port, "/health"));
+    }
+}
