@@ -40,7 +40,7 @@ macro_rules! action_args {
         pub struct $name {
             $(
                 #[allow(missing_docs)]
-                #[command(flatten, next_help_heading = stringify!($ty))]
+                #[command(flatten)]
                 pub $group: $ty,
             )*
         }

@@ -95,9 +95,10 @@ pub trait Collect {
 }
 
 macro_rules! group {
-    ($(#[$doc:meta])* $group:ident { $($(#[$fdoc:meta])* $field:ident => $var:ident $(, $extra:ident)?;)* }) => {
+    ($(#[$doc:meta])* $group:ident ($heading:literal) { $($(#[$fdoc:meta])* $field:ident => $var:ident $(, $extra:ident)?;)* }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Default, Args)]
+        #[command(next_help_heading = $heading)]
         pub struct $group {
             $(
                 $(#[$fdoc])*
@@ -115,7 +116,7 @@ macro_rules! group {
 
 group!(
     /// How to reach Codis.
-    DashboardVars {
+    DashboardVars ("Codis") {
         /// `host:port` of the codis-dashboard admin API
         codis_dashboard_addr => CODIS_DASHBOARD_ADDR;
         /// Codis product name; read from the dashboard when unset, and must match it when set
@@ -125,7 +126,7 @@ group!(
 
 group!(
     /// How to reach etcd.
-    EtcdVars {
+    EtcdVars ("etcd") {
         /// comma-separated `host:port` of the etcd that holds this addon's locks and primary fences
         etcd_endpoints => ETCD_ENDPOINTS;
     }
@@ -133,7 +134,7 @@ group!(
 
 group!(
     /// How to reach pika.
-    PikaVars {
+    PikaVars ("Pika") {
         /// pika port [default: 9221]
         pika_port => PIKA_PORT;
         /// pika `requirepass`, if set (never printed)
@@ -145,7 +146,7 @@ group!(
 
 group!(
     /// The Cluster object.
-    ClusterVars {
+    ClusterVars ("Cluster") {
         /// the Cluster object's name
         cluster_name => CLUSTER_NAME;
         /// the Cluster object's namespace
@@ -155,7 +156,7 @@ group!(
 
 group!(
     /// The shard this action runs in.
-    ShardVars {
+    ShardVars ("Shard") {
         /// this shard's full component name, `<cluster>-<sharding>-<id>`
         shard_name => SHARD_NAME;
         /// this shard's pod FQDNs, comma-separated
@@ -165,7 +166,7 @@ group!(
 
 group!(
     /// Every shard of the cluster.
-    AllShardsVars {
+    AllShardsVars ("All shards") {
         /// every shard's pod FQDNs: `<sharding>-<id>:<fqdn>,<fqdn>;<sharding>-<id>:...`
         all_shards_pod_fqdns => ALL_SHARDS_POD_FQDNS;
     }
@@ -173,7 +174,7 @@ group!(
 
 group!(
     /// How the run itself behaves.
-    RunVars {
+    RunVars ("Run") {
         /// seconds one run may work before it stops, reports progress and exits 75 [default: 50]
         action_budget_seconds => ACTION_BUDGET_SECONDS;
         /// directory of event templates that replace the built-in ones
@@ -187,7 +188,7 @@ group!(
 
 group!(
     /// KubeBlocks 1.0.x legacy component variables.
-    LegacyVars {
+    LegacyVars ("KubeBlocks 1.0.x") {
         /// 1.0.x: the cluster's component names, comma-separated
         kb_cluster_component_list => KB_CLUSTER_COMPONENT_LIST;
         /// 1.0.x: components being deleted, comma-separated
@@ -199,7 +200,7 @@ group!(
 
 group!(
     /// 1.0.x preTerminate's scaling-in flag.
-    ScalingInVars {
+    ScalingInVars ("KubeBlocks 1.0.x preTerminate") {
         /// 1.0.x preTerminate: `true` when the number of shards decreased (drain), otherwise cluster deletion
         kb_cluster_component_is_scaling_in => KB_CLUSTER_COMPONENT_IS_SCALING_IN;
     }
@@ -207,7 +208,7 @@ group!(
 
 group!(
     /// shardAdd's variable.
-    AddShardVars {
+    AddShardVars ("shardAdd") {
         /// the added shard's full name `<cluster>-<sharding>-<id>`
         kb_add_shard_name => KB_ADD_SHARD_NAME;
     }
@@ -215,7 +216,7 @@ group!(
 
 group!(
     /// shardRemove's variable.
-    RemoveShardVars {
+    RemoveShardVars ("shardRemove") {
         /// the removed shard's full name `<cluster>-<sharding>-<id>`
         kb_remove_shard_name => KB_REMOVE_SHARD_NAME;
     }
@@ -223,7 +224,7 @@ group!(
 
 group!(
     /// memberJoin's variables.
-    JoinVars {
+    JoinVars ("memberJoin") {
         /// the new pod's name
         kb_join_member_pod_name => KB_JOIN_MEMBER_POD_NAME;
         /// the new pod's FQDN
@@ -233,7 +234,7 @@ group!(
 
 group!(
     /// memberLeave's variables.
-    LeaveVars {
+    LeaveVars ("memberLeave") {
         /// the leaving pod's name
         kb_leave_member_pod_name => KB_LEAVE_MEMBER_POD_NAME;
         /// the leaving pod's FQDN
@@ -243,7 +244,7 @@ group!(
 
 group!(
     /// switchover's variables.
-    SwitchoverVars {
+    SwitchoverVars ("switchover") {
         /// the pod about to be restarted or removed
         kb_switchover_current_name => KB_SWITCHOVER_CURRENT_NAME;
         /// its FQDN
@@ -259,7 +260,7 @@ group!(
 
 group!(
     /// role-probe's target.
-    ProbeVars {
+    ProbeVars ("roleProbe") {
         /// the local pika's host [default: 127.0.0.1]
         pika_host => PIKA_HOST;
     }
@@ -267,7 +268,7 @@ group!(
 
 group!(
     /// The pod `rejoin` runs in.
-    PodVars {
+    PodVars ("This pod") {
         /// this pod's name (the pika container sets it from `metadata.name`)
         pod_name => POD_NAME;
     }
