@@ -252,6 +252,8 @@ pub enum Event {
         shard: Shard,
         /// This pod's name.
         pod: String,
+        /// The local pika's config file.
+        config_file: String,
     },
 }
 

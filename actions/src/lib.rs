@@ -9,6 +9,7 @@
 
 pub mod budget;
 pub mod cli;
+pub mod cluster;
 pub mod codis;
 pub mod context;
 pub mod error;
@@ -17,6 +18,8 @@ pub mod event;
 pub mod kube;
 pub mod pika;
 pub mod plan;
+pub mod rebalance;
+pub mod register;
 pub mod redact;
 pub mod template;
 pub mod vars;

@@ -1,10 +1,28 @@
-//! The `member-join` action.
+//! `member-join`: a pod added by replica scale-out becomes a server of its shard's group, replicating the group's
+//! current master (whatever Codis says it is, never "ordinal 0").
 
+use crate::cluster::{release, Session};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::register;
 
 /// Runs the action.
 pub async fn run(ctx: &Context) -> Result<String> {
-    let _ = ctx;
-    Err(Error::Refused("member-join is not implemented yet".into()))
+    let Event::MemberJoin { shard, member, .. } = &ctx.event else {
+        return Err(Error::Refused("member-join got another action's event".into()));
+    };
+    let s = Session::open(ctx).await?;
+    let mut lock = s.lock_topology().await?;
+    let result = async {
+        // A registered shard takes just the new pod; one that never was (its post-provision has not run) is
+        // registered whole, since every pod of the desired spec exists once scale-out runs memberJoin.
+        let registered = crate::cluster::group_of_shard(&s.stats().await?, &shard.name).is_some();
+        let pods = if registered { std::slice::from_ref(&member.fqdn) } else { shard.pods.as_slice() };
+        register::ensure_shard(&s, shard, pods).await
+    }
+    .await;
+    release(&mut lock).await;
+    let reg = result?;
+    Ok(format!("{} joined group {} as a replica of {}", member.name, reg.gid, reg.master))
 }

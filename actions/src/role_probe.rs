@@ -1,10 +1,25 @@
-//! The `role-probe` action.
+//! `role-probe`: prints `master` or `slave` for the local pika, every few seconds in every pod.
+//!
+//! It is the hot path of the addon, so it stays small: no async runtime, no dashboard, one connection and one
+//! `INFO replication`. A chained node (`role:master&&slave`) is a slave for KubeBlocks. An unreachable pika is
+//! exit 1 with nothing on stdout, which KubeBlocks ignores (the role label stays as it was).
+
+use std::time::Duration;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::pika;
+
+/// Longest a probe waits for pika; KubeBlocks probes every few seconds, so a slow answer is as good as none.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the action.
 pub fn run(ctx: &Context) -> Result<String> {
-    let _ = ctx;
-    Err(Error::Refused("role-probe is not implemented yet".into()))
+    let Event::RoleProbe { host, pika: target, .. } = &ctx.event else {
+        return Err(Error::Refused("role-probe got another action's event".into()));
+    };
+    let timeout = ctx.budget.cap(PROBE_TIMEOUT);
+    let role = pika::probe_role(host, target.port, ctx.secrets.pika_password.as_deref(), timeout)?;
+    Ok(role.probe_name().to_owned())
 }

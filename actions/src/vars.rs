@@ -53,6 +53,8 @@ names! {
     PIKA_ADDRESS_OVERRIDES,
     /// The pod this process runs in (`rejoin`).
     POD_NAME,
+    /// The local pika's config file, edited by `rejoin` before pika starts (default `/data/pika.conf`).
+    PIKA_CONFIG_FILE,
     /// 1.0.x: the cluster's components.
     KB_CLUSTER_COMPONENT_LIST,
     /// 1.0.x: the cluster's components being deleted.
@@ -271,5 +273,7 @@ group!(
     PodVars ("This pod") {
         /// this pod's name (the pika container sets it from `metadata.name`)
         pod_name => POD_NAME;
+        /// the local pika's config file, whose `slaveof` is set before pika starts [default: /data/pika.conf]
+        pika_config_file => PIKA_CONFIG_FILE;
     }
 );

@@ -1,0 +1,214 @@
+//! Cluster facts shared by the topology actions: the clients of one run, which Codis group is which shard, where a
+//! server really is, the per-cluster topology lock, and the replication verbs every action needs.
+//!
+//! The shard ↔ group mapping is never stored locally: a group's servers are `<pod fqdn>:<port>` and a pod FQDN names
+//! its shard's headless service, so Codis itself says which shard a group serves. Only a group that has no server
+//! yet (a crash between creating it and adding its first server) needs the reservation kept in etcd.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::codis::{Dashboard, Group, Stats};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::etcd::{self, Etcd, LockGuard};
+use crate::event::{Common, Pod};
+use crate::pika::{self, Pika, Replication};
+
+/// How long one HTTP, RESP or etcd call may take before it counts as failed.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a topology lock outlives a holder that crashed.
+pub const LOCK_TTL: Duration = Duration::from_secs(15);
+/// How often replication and migration progress is polled.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// The clients of one run and what they were built from.
+pub struct Session<'a> {
+    /// The run's context.
+    pub ctx: &'a Context,
+    /// The event's common fields.
+    pub common: &'a Common,
+    /// The codis-dashboard.
+    pub dashboard: Dashboard,
+    /// etcd, when the action was given endpoints.
+    pub etcd: Option<Etcd>,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("dashboard", &self.common.codis.dashboard).finish_non_exhaustive()
+    }
+}
+
+impl<'a> Session<'a> {
+    /// Connects to the dashboard (checking the product name) and, when endpoints are given, to etcd.
+    pub async fn open(ctx: &'a Context) -> Result<Self> {
+        let common = ctx
+            .event
+            .common()
+            .ok_or_else(|| Error::Refused(format!("{} does not talk to Codis", ctx.event.action())))?;
+        let timeout = ctx.budget.cap(CALL_TIMEOUT);
+        let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), timeout).await?;
+        let etcd =
+            if common.etcd.is_empty() { None } else { Some(Etcd::connect(&common.etcd, ctx.budget.cap(CALL_TIMEOUT)).await?) };
+        Ok(Self { ctx, common, dashboard, etcd })
+    }
+
+    /// etcd, which every topology change needs.
+    pub fn etcd(&self) -> Result<&Etcd> {
+        self.etcd.as_ref().ok_or_else(|| Error::invalid(crate::vars::ETCD_ENDPOINTS, "is not set"))
+    }
+
+    /// This cluster's key prefix in etcd.
+    #[must_use]
+    pub fn prefix(&self) -> String {
+        etcd::cluster_prefix(&self.common.cluster.namespace, &self.common.cluster.name)
+    }
+
+    /// Takes the cluster's topology lock so that topology changes of different actions never interleave.
+    /// A lock held by someone else past a third of the budget ends the run with exit 75: KubeBlocks retries it.
+    pub async fn lock_topology(&self) -> Result<LockGuard> {
+        let key = format!("{}/locks/topology", self.prefix());
+        let holder = format!("{} {}", self.ctx.event.action(), std::process::id());
+        let wait = self.ctx.budget.cap(self.ctx.budget.remaining() / 3);
+        match self.etcd()?.lock(&key, LOCK_TTL, wait, &holder).await {
+            Ok(guard) => Ok(guard),
+            Err(etcd::Error::LockBusy { holder, .. }) => Err(Error::InProgress {
+                progress: format!(
+                    "waiting for the cluster's topology lock, held by {}",
+                    holder.as_deref().unwrap_or("another action")
+                ),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The dashboard's current view.
+    pub async fn stats(&self) -> Result<Stats> {
+        Ok(self.dashboard.stats().await?)
+    }
+
+    /// The address Codis knows `pod` by: `<fqdn>:<PIKA_PORT>`.
+    #[must_use]
+    pub fn server(&self, pod: &Pod) -> String {
+        pod.server(self.common.pika.port)
+    }
+
+    /// Where `server` really is (`PIKA_ADDRESS_OVERRIDES` applied).
+    pub fn dial(&self, server: &str) -> Result<(String, u16)> {
+        Ok(pika::dial_address(server, &self.common.pika.overrides)?)
+    }
+
+    /// A connection to the pika behind `server`.
+    pub async fn pika(&self, server: &str) -> Result<Pika> {
+        let (host, port) = self.dial(server)?;
+        let timeout = self.ctx.budget.cap(CALL_TIMEOUT);
+        Ok(Pika::connect(&host, port, self.ctx.secrets.pika_password.as_deref(), timeout).await?)
+    }
+
+    /// `INFO replication` of `server`.
+    pub async fn replication(&self, server: &str) -> Result<Replication> {
+        Ok(self.pika(server).await?.info_replication().await?)
+    }
+
+    /// Makes `replica` replicate `master` and persists it (SLAVEOF, then CONFIG REWRITE so a restart keeps the
+    /// role). Nothing is sent when it already follows `master`: pika answers a repeated SLAVEOF with a full resync
+    /// only when the spelling differs, but there is no reason to ask at all.
+    pub async fn ensure_follows(&self, replica: &str, master: &str) -> Result<bool> {
+        let (host, port) = self.dial(master)?;
+        let conn = self.pika(replica).await?;
+        let info = conn.info_replication().await?;
+        if info.follows(&host, port) {
+            return Ok(false);
+        }
+        tracing::info!(replica, master, "pointing replica at master");
+        conn.slaveof(&host, port).await?;
+        conn.config_rewrite().await?;
+        Ok(true)
+    }
+
+    /// Makes `server` a master (SLAVEOF NO ONE, persisted) unless it already is one.
+    pub async fn ensure_master(&self, server: &str) -> Result<bool> {
+        let conn = self.pika(server).await?;
+        let info = conn.info_replication().await?;
+        if info.role == pika::Role::Master {
+            return Ok(false);
+        }
+        tracing::info!(server, "making server a master");
+        conn.slaveof_no_one().await?;
+        conn.config_rewrite().await?;
+        Ok(true)
+    }
+
+    /// Waits until `replica` follows `master` with its link up; the budget running out ends the run with exit 75.
+    pub async fn wait_link_up(&self, replica: &str, master: &str) -> Result<()> {
+        let (host, port) = self.dial(master)?;
+        loop {
+            match self.replication(replica).await {
+                Ok(info) if info.follows(&host, port) && info.link_up => return Ok(()),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(replica, error = %e, "replica not answering yet"),
+            }
+            self.ctx.budget.check(|| format!("waiting for {replica} to sync from {master}"))?;
+            tokio::time::sleep(self.ctx.budget.cap(POLL)).await;
+        }
+    }
+}
+
+/// Releases the topology lock; a failure only delays the next holder until the lease expires, so it is logged.
+pub async fn release(lock: &mut LockGuard) {
+    if let Err(e) = lock.release().await {
+        tracing::warn!(error = %e, "could not release the topology lock; it expires by itself");
+    }
+}
+
+/// The shard (full component name) a registered server belongs to: its pod FQDN's service without `-headless`.
+#[must_use]
+pub fn shard_of_server(server: &str) -> Option<&str> {
+    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+    host.split('.').nth(1)?.strip_suffix("-headless")
+}
+
+/// The group serving `shard`, recognised by its servers.
+#[must_use]
+pub fn group_of_shard<'s>(stats: &'s Stats, shard: &str) -> Option<&'s Group> {
+    stats.group.models.iter().find(|g| g.servers.iter().any(|s| shard_of_server(&s.server) == Some(shard)))
+}
+
+/// The shard each group with servers serves.
+#[must_use]
+pub fn shards_by_group(stats: &Stats) -> BTreeMap<u32, String> {
+    stats
+        .group
+        .models
+        .iter()
+        .filter_map(|g| g.servers.iter().find_map(|s| shard_of_server(&s.server)).map(|shard| (g.id, shard.to_owned())))
+        .collect()
+}
+
+/// Group reservations kept in etcd: `<prefix>/groups/<gid>` → shard, written before the group is created.
+pub async fn reservations(etcd: &Etcd, prefix: &str) -> Result<BTreeMap<u32, String>> {
+    let dir = format!("{prefix}/groups/");
+    let mut out = BTreeMap::new();
+    for (key, entry) in etcd.list(&dir).await? {
+        if let Some(gid) = key.strip_prefix(&dir).and_then(|g| g.parse().ok()) {
+            out.insert(gid, entry.value);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_names_its_shard_through_its_service() {
+        assert_eq!(
+            shard_of_server("c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc.cluster.local:9221"),
+            Some("c1-pika-x7k")
+        );
+        assert_eq!(shard_of_server("127.0.0.1:6379"), None);
+        assert_eq!(shard_of_server("a.b.c:1"), None);
+    }
+}

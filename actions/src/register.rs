@@ -1,0 +1,178 @@
+//! Registering a shard as a Codis group: group, servers, one master, every replica replicating it.
+//!
+//! Every step reads Codis first and does only what is missing, so a run that crashed or ran out of budget at any
+//! point is finished by the next one. Replication is wired by this binary (SLAVEOF + CONFIG REWRITE on the pika),
+//! never by the dashboard's sync action: the Pika fork's dashboard sends a SLAVEOF form that pika rejects, and
+//! upstream Codis does not persist the role in a way pika keeps. The dashboard is then checked to agree.
+
+use std::time::Duration;
+
+use crate::cluster::{self, Session, POLL};
+use crate::codis::Stats;
+use crate::error::{Error, Result};
+use crate::event::{Pod, Shard};
+
+/// Codis group ids are 1..=9999.
+pub const MAX_GROUP_ID: u32 = 9999;
+
+/// How long the Pika fork's health loop may take to report a new replica as `slave` before we stop waiting for it.
+const FORK_AGREEMENT_WAIT: Duration = Duration::from_secs(15);
+
+/// What registering one shard found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    /// The shard's group.
+    pub gid: u32,
+    /// The group's master as Codis sees it.
+    pub master: String,
+    /// Whether anything was changed.
+    pub changed: bool,
+}
+
+/// Ensures `shard` is a group whose servers include `pods`; returns its group id.
+///
+/// The master is whatever Codis already has at index 0; a group without servers gets the pod with the lowest
+/// ordinal (ordinal 0 on a fresh cluster). Must be called with the topology lock held.
+pub async fn ensure_shard(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Registered> {
+    let mut changed = false;
+    let stats = s.stats().await?;
+    let gid = match cluster::group_of_shard(&stats, &shard.name) {
+        Some(group) => group.id,
+        None => {
+            let (gid, created) = ensure_group(s, &stats, &shard.name).await?;
+            changed |= created;
+            gid
+        }
+    };
+
+    // The master: Codis's, or for an empty group the lowest ordinal, which must then really be a master.
+    let stats = s.stats().await?;
+    let group = stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} of {} vanished", shard.name)))?;
+    let master = match group.master() {
+        Some(m) => m.to_owned(),
+        None => {
+            let first = pods
+                .iter()
+                .min_by_key(|p| p.ordinal())
+                .ok_or_else(|| Error::Refused(format!("shard {} has no pods to register", shard.name)))?;
+            s.server(first)
+        }
+    };
+    changed |= s.ensure_master(&master).await?;
+    if group.server(&master).is_none() {
+        add_server(s, gid, &master).await?;
+        changed = true;
+    }
+
+    let mut replicas: Vec<&Pod> = pods.iter().filter(|p| !s.server(p).eq_ignore_ascii_case(&master)).collect();
+    replicas.sort_by_key(|p| p.ordinal());
+    for pod in &replicas {
+        let server = s.server(pod);
+        if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
+            add_server(s, gid, &server).await?;
+            changed = true;
+        }
+        changed |= s.ensure_follows(&server, &master).await?;
+    }
+    for pod in &replicas {
+        s.wait_link_up(&s.server(pod), &master).await?;
+    }
+    confirm(s, gid, &master, &replicas).await?;
+    Ok(Registered { gid, master, changed })
+}
+
+/// Finds the group reserved for `shard` in etcd, or reserves and creates a new one.
+async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) -> Result<(u32, bool)> {
+    let etcd = s.etcd()?;
+    let prefix = s.prefix();
+    let reserved = cluster::reservations(etcd, &prefix).await?;
+    let by_group = cluster::shards_by_group(stats);
+    // A reservation counts only while its group is empty or missing: a group with servers speaks for itself.
+    if let Some((&gid, _)) = reserved.iter().find(|(gid, owner)| owner.as_str() == shard && !by_group.contains_key(gid)) {
+        if stats.group(gid).is_none() {
+            create_group(s, gid).await?;
+        }
+        return Ok((gid, true));
+    }
+    for gid in 1..=MAX_GROUP_ID {
+        if stats.group(gid).is_some() || reserved.contains_key(&gid) {
+            continue;
+        }
+        // The reservation comes first: after a crash it is what ties the new, still empty group to this shard.
+        let key = format!("{prefix}/groups/{gid}");
+        if !etcd.put_if_absent(&key, shard, None).await? {
+            continue;
+        }
+        tracing::info!(shard, gid, "creating group");
+        create_group(s, gid).await?;
+        return Ok((gid, true));
+    }
+    Err(Error::Refused(format!("no free Codis group id for {shard}: all of 1..={MAX_GROUP_ID} are taken")))
+}
+
+async fn create_group(s: &Session<'_>, gid: u32) -> Result<()> {
+    match s.dashboard.group_create(gid).await {
+        Err(e) if e.is_already_exists() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// `group/add`, where "already exists" is success only if the server is in this very group.
+async fn add_server(s: &Session<'_>, gid: u32, server: &str) -> Result<()> {
+    tracing::info!(gid, server, "adding server to group");
+    match s.dashboard.group_add(gid, server).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_already_exists() => {
+            let stats = s.stats().await?;
+            match stats.group_of_server(server) {
+                Some(g) if g.id == gid => Ok(()),
+                Some(g) => Err(Error::Refused(format!(
+                    "{server} is registered in group {} but belongs to group {gid}; remove it there first",
+                    g.id
+                ))),
+                None => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks that Codis agrees: the master at index 0 and every replica listed; under the Pika fork, whose health loop
+/// reports roles, also that the roles it reports match (bounded wait, then exit 75 to look again later).
+async fn confirm(s: &Session<'_>, gid: u32, master: &str, replicas: &[&Pod]) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(FORK_AGREEMENT_WAIT);
+    loop {
+        let stats = s.stats().await?;
+        let group = stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} vanished")))?;
+        if !group.master().is_some_and(|m| m.eq_ignore_ascii_case(master)) {
+            return Err(Error::Refused(format!(
+                "codis changed group {gid}'s master to {} while registering; run again",
+                group.master().unwrap_or("nothing")
+            )));
+        }
+        let mut disagree = Vec::new();
+        for pod in replicas {
+            let server = s.server(pod);
+            match group.server(&server) {
+                None => disagree.push(format!("{server} is not listed")),
+                Some(gs) => {
+                    // Only the fork reports roles; an empty role means its health loop has not looked yet.
+                    if let Some(role) = gs.role.as_deref().filter(|r| !r.is_empty()) {
+                        if role != "slave" || gs.state.unwrap_or(0) != 0 {
+                            disagree.push(format!("{server} is reported as {role} (state {})", gs.state.unwrap_or(0)));
+                        }
+                    }
+                }
+            }
+        }
+        if disagree.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline || s.ctx.budget.expired() {
+            return Err(Error::InProgress {
+                progress: format!("waiting for codis to agree on group {gid}: {}", disagree.join("; ")),
+            });
+        }
+        tokio::time::sleep(s.ctx.budget.cap(POLL * 5)).await;
+    }
+}

@@ -1,0 +1,235 @@
+//! The environment KubeBlocks would give `pika-action`, built over the test bed: every pod of a fixture cluster is a
+//! real redis-server on loopback, registered in Codis under its pod FQDN and reached through
+//! `PIKA_ADDRESS_OVERRIDES`, with a real etcd and the Codis double.
+//!
+//! Names differ from what a production chart renders (cluster `tb<n>`, sharding `pk`, namespace `ns-tb`) so that a
+//! test can never pass by accident on a hard-coded production name.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use testbed::{EtcdServer, RedisServer};
+
+/// The pika port every server is registered with (what the chart's PIKA_PORT says).
+pub const PIKA_PORT: u16 = 9221;
+/// The namespace of every fixture cluster.
+pub const NAMESPACE: &str = "ns-tb";
+
+static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One pod: its names and the redis-server standing in for its pika.
+#[derive(Debug)]
+pub struct PodFixture {
+    /// `<cluster>-<sharding>-<id>-<ordinal>`.
+    pub name: String,
+    /// Its FQDN.
+    pub fqdn: String,
+    /// Its ordinal.
+    pub ordinal: u32,
+    /// The server standing in for pika.
+    pub redis: RedisServer,
+}
+
+impl PodFixture {
+    /// `<fqdn>:9221`, the address Codis knows it by.
+    pub fn server(&self) -> String {
+        format!("{}:{PIKA_PORT}", self.fqdn)
+    }
+}
+
+/// One shard: a pika component.
+#[derive(Debug)]
+pub struct ShardFixture {
+    /// `<sharding>-<id>`.
+    pub short: String,
+    /// `<cluster>-<sharding>-<id>`.
+    pub full: String,
+    /// Its pods, by ordinal.
+    pub pods: Vec<PodFixture>,
+}
+
+impl ShardFixture {
+    /// Comma-separated FQDNs (SHARD_POD_FQDNS).
+    pub fn fqdns(&self) -> String {
+        self.pods.iter().map(|p| p.fqdn.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The pod with `ordinal`.
+    pub fn pod(&self, ordinal: u32) -> &PodFixture {
+        self.pods.iter().find(|p| p.ordinal == ordinal).expect("no such pod")
+    }
+}
+
+/// A fixture cluster: shards of redis-servers plus the etcd; Codis is added by the caller.
+#[derive(Debug)]
+pub struct ClusterFixture {
+    /// The Cluster name.
+    pub name: String,
+    /// The shards.
+    pub shards: Vec<ShardFixture>,
+    /// etcd.
+    pub etcd: EtcdServer,
+    /// Password of every redis-server, if any.
+    pub password: Option<String>,
+    next_shard: usize,
+}
+
+impl ClusterFixture {
+    /// `shards` shards of `pods` pods each, not yet registered anywhere.
+    pub fn new(shards: usize, pods: usize) -> Self {
+        Self::with_password(shards, pods, None)
+    }
+
+    /// Like [`ClusterFixture::new`], every redis-server requiring `password`.
+    pub fn with_password(shards: usize, pods: usize, password: Option<&str>) -> Self {
+        let n = CLUSTERS.fetch_add(1, Ordering::SeqCst);
+        let mut cluster = Self {
+            name: format!("tb{}{n}", std::process::id() % 1000),
+            shards: Vec::new(),
+            etcd: EtcdServer::start(),
+            password: password.map(str::to_owned),
+            next_shard: 0,
+        };
+        for _ in 0..shards {
+            cluster.add_shard(pods);
+        }
+        cluster
+    }
+
+    /// Adds a shard of `pods` pods (its redis-servers start now) and returns its index.
+    pub fn add_shard(&mut self, pods: usize) -> usize {
+        let id = shard_id(self.next_shard);
+        self.next_shard += 1;
+        let short = format!("pk-{id}");
+        let full = format!("{}-{short}", self.name);
+        self.shards.push(ShardFixture { short, full, pods: Vec::new() });
+        let index = self.shards.len() - 1;
+        for _ in 0..pods {
+            self.add_pod(index);
+        }
+        index
+    }
+
+    /// Adds a pod to shard `index` (replica scale-out) and returns its ordinal.
+    pub fn add_pod(&mut self, index: usize) -> u32 {
+        let password = self.password.clone();
+        let shard = &mut self.shards[index];
+        let ordinal = shard.pods.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
+        let name = format!("{}-{ordinal}", shard.full);
+        let fqdn = format!("{name}.{}-headless.{NAMESPACE}.svc.cluster.local", shard.full);
+        shard.pods.push(PodFixture { name, fqdn, ordinal, redis: RedisServer::start_with(password.as_deref()) });
+        ordinal
+    }
+
+    /// Every pod's `<fqdn>:9221` → `127.0.0.1:<port>`.
+    pub fn overrides(&self) -> BTreeMap<String, String> {
+        self.shards.iter().flat_map(|s| &s.pods).map(|p| (p.server(), p.redis.addr())).collect()
+    }
+
+    /// ALL_SHARDS_POD_FQDNS for the given shards.
+    pub fn all_shards_of(&self, shards: &[usize]) -> String {
+        shards.iter().map(|&i| format!("{}:{}", self.shards[i].short, self.shards[i].fqdns())).collect::<Vec<_>>().join(";")
+    }
+
+    /// ALL_SHARDS_POD_FQDNS for every shard.
+    pub fn all_shards(&self) -> String {
+        self.all_shards_of(&(0..self.shards.len()).collect::<Vec<_>>())
+    }
+
+    /// The variables every Codis-facing action gets, for shard `index`.
+    pub fn env(&self, dashboard: &str, index: usize) -> BTreeMap<String, String> {
+        let shard = &self.shards[index];
+        let overrides = self.overrides().into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let mut env = BTreeMap::from([
+            ("CODIS_DASHBOARD_ADDR".to_owned(), dashboard.to_owned()),
+            ("ETCD_ENDPOINTS".to_owned(), self.etcd.endpoint()),
+            ("CLUSTER_NAME".to_owned(), self.name.clone()),
+            ("CLUSTER_NAMESPACE".to_owned(), NAMESPACE.to_owned()),
+            ("PIKA_PORT".to_owned(), PIKA_PORT.to_string()),
+            ("PIKA_ADDRESS_OVERRIDES".to_owned(), overrides),
+            ("SHARD_NAME".to_owned(), shard.full.clone()),
+            ("SHARD_POD_FQDNS".to_owned(), shard.fqdns()),
+            ("ALL_SHARDS_POD_FQDNS".to_owned(), self.all_shards()),
+            ("ACTION_BUDGET_SECONDS".to_owned(), "40".to_owned()),
+        ]);
+        if let Some(p) = &self.password {
+            env.insert("PIKA_PASSWORD".to_owned(), p.clone());
+        }
+        env
+    }
+
+    /// The 1.0.x legacy component list variables, for every shard plus the other components.
+    pub fn legacy_env(&self, deleting: &[usize]) -> BTreeMap<String, String> {
+        let mut all = vec!["etcd".to_owned(), "codis-dashboard".to_owned()];
+        all.extend(self.shards.iter().map(|s| s.short.clone()));
+        all.extend(["codis-proxy".to_owned(), "codis-fe".to_owned()]);
+        let deleting: Vec<String> = deleting.iter().map(|&i| self.shards[i].short.clone()).collect();
+        let undeleted: Vec<String> = all.iter().filter(|c| !deleting.contains(c)).cloned().collect();
+        BTreeMap::from([
+            ("KB_CLUSTER_COMPONENT_LIST".to_owned(), all.join(",")),
+            ("KB_CLUSTER_COMPONENT_DELETING_LIST".to_owned(), deleting.join(",")),
+            ("KB_CLUSTER_COMPONENT_UNDELETED_LIST".to_owned(), undeleted.join(",")),
+        ])
+    }
+}
+
+fn shard_id(n: usize) -> String {
+    // Three characters like KubeBlocks' random shard ids, but deterministic.
+    let letters = b"abcdefghijklmnopqrstuvwxyz";
+    format!("{}{}z", letters[n % 26] as char, n / 26)
+}
+
+/// Runs `pika-action <action>` the way kbagent does: no shell, working directory `/`, exactly `env` plus PATH.
+pub fn run(action: &str, env: &BTreeMap<String, String>) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pika-action"))
+        .arg(action)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .current_dir("/")
+        .output()
+        .expect("run pika-action")
+}
+
+/// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else.
+pub fn run_to_completion(action: &str, env: &BTreeMap<String, String>) -> Vec<Output> {
+    let mut outputs = Vec::new();
+    for _ in 0..30 {
+        let out = run(action, env);
+        let code = out.status.code();
+        outputs.push(out);
+        match code {
+            Some(0) => return outputs,
+            Some(75) => continue,
+            _ => panic!("{action} failed: {}", describe(outputs.last().unwrap())),
+        }
+    }
+    panic!("{action} did not finish in 30 runs");
+}
+
+/// Exit code, stdout and stderr of a run, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Polls `cond` every 50 ms until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
