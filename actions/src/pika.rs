@@ -1,9 +1,1013 @@
-//! Client for pika (to be filled in).
+//! Client for pika servers (and redis-server, which stands in for pika in tests): what actions ask a data node.
+//!
+//! Actions reach a pika through [`dial_address`] (its Codis server string, or where an override says it really
+//! is), then use the async [`Pika`] client for replication changes: `SLAVEOF` followed by `CONFIG REWRITE`, because pika
+//! persists replication only on rewrite (reference `pika.md` §3.1). The role probe, which runs every two seconds in
+//! every pod, uses the synchronous [`probe_role`] instead: one connection, no runtime. [`parse_replication`] is the
+//! pure reader of `INFO replication` for both pika's and redis' layouts. Errors name the server and the command but
+//! never its arguments, and the password never reaches an error or a log line.
 
-/// Failures talking to pika.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+
+/// pika's default `binlog-file-size`: the unit of the file number in `db0:binlog_offset=<file> <offset>`.
+const BINLOG_FILE_SIZE: u64 = 104_857_600;
+
+/// Failures talking to a pika server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Placeholder.
-    #[error("pika: {0}")]
-    Other(String),
+    /// No connection could be made.
+    #[error("pika {addr}: cannot connect: {message}")]
+    Connect {
+        /// `host:port` dialled.
+        addr: String,
+        /// Why.
+        message: String,
+    },
+    /// The server refused or failed a command.
+    #[error("pika {addr}: {command} failed: {message}")]
+    Command {
+        /// `host:port` of the server.
+        addr: String,
+        /// The command's name only: arguments may hold secrets.
+        command: &'static str,
+        /// The server's reply or the client's reason, secrets masked.
+        message: String,
+    },
+    /// Connecting or a command took longer than allowed.
+    #[error("pika {addr}: {command} timed out")]
+    Timeout {
+        /// `host:port` of the server.
+        addr: String,
+        /// The command's name (or `connect`).
+        command: &'static str,
+    },
+    /// A server address (or its override) is not `host:port`.
+    #[error("pika address {address:?}: {reason}")]
+    Address {
+        /// The address at fault.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+// ---- INFO replication --------------------------------------------------------------------------------------------
+
+/// A server's replication role as pika reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Role {
+    /// `role:master`, also a standalone server with no slaves.
+    #[default]
+    Master,
+    /// `role:slave`.
+    Slave,
+    /// `role:master&&slave`: a slave that has slaves of its own (chained).
+    MasterAndSlave,
+}
+
+impl Role {
+    /// What the role probe prints: `master`, or `slave` for both kinds of slave (reference `pika.md` §2.2).
+    #[must_use]
+    pub fn probe_name(self) -> &'static str {
+        match self {
+            Self::Master => "master",
+            Self::Slave | Self::MasterAndSlave => "slave",
+        }
+    }
+
+    /// Whether the server replicates from a master.
+    #[must_use]
+    pub fn is_slave(self) -> bool {
+        matches!(self, Self::Slave | Self::MasterAndSlave)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+        match compact.as_str() {
+            "master" => Some(Self::Master),
+            "slave" => Some(Self::Slave),
+            "master&&slave" => Some(Self::MasterAndSlave),
+            _ => None,
+        }
+    }
+}
+
+/// A slave as its master lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    /// The slave's IP (pika lists slaves by IP, never by host name).
+    pub ip: String,
+    /// The slave's port.
+    pub port: u16,
+    /// Bytes produced by the master and not yet sent to it; `None` while it is not in incremental sync. For redis:
+    /// the master's offset minus the one the replica acknowledged.
+    pub lag: Option<u64>,
+    /// Whether it is in a full sync.
+    pub syncing: bool,
+}
+
+/// What `INFO replication` says, in pika's or redis' layout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// The role (from the `role:` line, else the pika header; `Master` when neither is there).
+    pub role: Role,
+    /// The master as given to `SLAVEOF` (pika keeps the spelling; `127.0.0.1` becomes the node's own host).
+    pub master_host: Option<String>,
+    /// The master's port.
+    pub master_port: Option<u16>,
+    /// Whether the link to the master is up and every DB connected.
+    pub link_up: bool,
+    /// `connected_slaves`.
+    pub connected_slaves: u32,
+    /// The slaves the master lists.
+    pub replicas: Vec<ReplicaInfo>,
+    /// `is_eligible_for_master_election` (absent before pika v3.5.5).
+    pub eligible: Option<bool>,
+    /// db0's binlog position `(file number, offset)` (pika only).
+    pub binlog: Option<(u64, u64)>,
+    /// How far this node's data goes: pika `slave_repl_offset` (its own binlog position, computed from the binlog
+    /// lines on versions without it); redis `master_repl_offset` on a master, `slave_repl_offset` on a replica.
+    pub offset: Option<u64>,
+    /// pika's `ReplicationID`, `None` while empty. Redis' `master_replid` follows other rules and is not reported.
+    pub replication_id: Option<String>,
+}
+
+impl Replication {
+    /// Whether the server is a slave of `host:port` (host compared without case). The link may still be down.
+    #[must_use]
+    pub fn follows(&self, host: &str, port: u16) -> bool {
+        self.role.is_slave()
+            && self.master_port == Some(port)
+            && self.master_host.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(host))
+    }
+
+    /// The slave listed with `ip:port`.
+    #[must_use]
+    pub fn replica(&self, ip: &str, port: u16) -> Option<&ReplicaInfo> {
+        self.replicas.iter().find(|r| r.port == port && r.ip.eq_ignore_ascii_case(ip))
+    }
+}
+
+/// Reads `INFO replication` in pika's layout (every version since v3.5.3) or redis'. Total: unknown, missing or
+/// malformed lines are skipped, never an error.
+#[must_use]
+pub fn parse_replication(info: &str) -> Replication {
+    parse(info).1
+}
+
+/// The role `INFO replication` reports, `None` when it reports none (then the reply is not what was asked for, and
+/// the role probe must not guess).
+#[must_use]
+pub fn parse_role(info: &str) -> Option<Role> {
+    parse(info).0
+}
+
+/// One pass over the reply; returns the role actually reported next to the full reading.
+fn parse(info: &str) -> (Option<Role>, Replication) {
+    let mut out = Replication::default();
+    let mut role_line = None;
+    let mut header_role = None;
+    let mut is_pika = false;
+    let mut link_status_up = false;
+    let mut dbs_connected = true;
+    let mut slave_repl_offset: Option<u64> = None;
+    let mut master_repl_offset: Option<u64> = None;
+    let mut binlog_total: Option<u64> = None;
+    // Redis replicas report their acknowledged offset; the lag needs the master's, which comes later.
+    let mut acked: Vec<Option<u64>> = Vec::new();
+
+    for line in info.lines() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('#') {
+            if let Some(role) = header_role_of(header) {
+                header_role = Some(role);
+                is_pika = true;
+            }
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "role" => role_line = Role::parse(value).or(role_line),
+            "ReplicationID" => {
+                is_pika = true;
+                out.replication_id = (!value.is_empty()).then(|| value.to_owned());
+            }
+            "master_host" => out.master_host = (!value.is_empty()).then(|| value.to_owned()),
+            "master_port" => out.master_port = value.parse().ok(),
+            "master_link_status" => link_status_up = value.eq_ignore_ascii_case("up"),
+            "connected_slaves" => out.connected_slaves = value.parse().unwrap_or(0),
+            "is_eligible_for_master_election" => out.eligible = parse_bool(value),
+            "slave_repl_offset" => slave_repl_offset = value.parse().ok(),
+            "master_repl_offset" => master_repl_offset = value.parse().ok(),
+            _ if numbered(key, "db") => {
+                // Two kinds of line share the prefix: `db0:binlog_offset=F O,…` and, under `repl_connect_status:`,
+                // `db0:connected`. Redis' keyspace lines (`db0:keys=…`) land here too when given a full INFO.
+                if let Some(position) = value.strip_prefix("binlog_offset=") {
+                    is_pika = true;
+                    if let Some((file, offset)) = parse_binlog(position) {
+                        if key == "db0" {
+                            out.binlog = Some((file, offset));
+                        }
+                        let bytes = file.saturating_mul(BINLOG_FILE_SIZE).saturating_add(offset);
+                        binlog_total = Some(binlog_total.unwrap_or(0).saturating_add(bytes));
+                    }
+                } else if !value.contains('=') && !value.eq_ignore_ascii_case("connected") {
+                    dbs_connected = false;
+                }
+            }
+            _ if numbered(key, "slave") => {
+                if let Some((replica, offset)) = parse_replica(value) {
+                    out.replicas.push(replica);
+                    acked.push(offset);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    if !is_pika {
+        if let Some(master) = master_repl_offset {
+            for (replica, acked) in out.replicas.iter_mut().zip(&acked) {
+                if let Some(acked) = acked {
+                    replica.lag = Some(master.saturating_sub(*acked));
+                }
+            }
+        }
+    }
+    let role = role_line.or(header_role);
+    out.role = role.unwrap_or_default();
+    out.link_up = link_status_up && dbs_connected;
+    out.offset = if is_pika {
+        slave_repl_offset.or(binlog_total)
+    } else if out.role == Role::Master {
+        master_repl_offset
+    } else {
+        slave_repl_offset.or(master_repl_offset)
+    };
+    (role, out)
+}
+
+/// pika's header `# Replication(MASTER)`, `(SLAVE)` or `(Master && SLAVE)`; redis' bare `# Replication` has none.
+fn header_role_of(header: &str) -> Option<Role> {
+    let header = header.trim();
+    let (name, rest) = header.split_at_checked("Replication(".len())?;
+    if !name.eq_ignore_ascii_case("Replication(") {
+        return None;
+    }
+    Role::parse(rest.strip_suffix(')')?)
+}
+
+/// Whether `key` is `prefix` followed by digits only (`slave0`, `db12`; not `slave_priority`).
+fn numbered(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Some(true),
+        "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// `3 52428800,safety_purge=none` → `(3, 52428800)`.
+fn parse_binlog(position: &str) -> Option<(u64, u64)> {
+    let numbers = position.split(',').next()?;
+    let mut parts = numbers.split_whitespace();
+    let file = parts.next()?.parse().ok()?;
+    let offset = parts.next()?.parse().ok()?;
+    Some((file, offset))
+}
+
+/// pika `ip=…,port=…,conn_fd=…,lag=(db0:N)` or redis `ip=…,port=…,state=online,offset=…,lag=…`; returns the
+/// replica and, for redis, the offset it acknowledged.
+fn parse_replica(value: &str) -> Option<(ReplicaInfo, Option<u64>)> {
+    let mut replica = ReplicaInfo::default();
+    let mut port = None;
+    let mut acked = None;
+    for field in value.split(',') {
+        let Some((name, v)) = field.split_once('=') else { continue };
+        match name.trim() {
+            "ip" => replica.ip = v.trim().to_owned(),
+            "port" => port = v.trim().parse().ok(),
+            "lag" if v.trim_start().starts_with('(') => (replica.lag, replica.syncing) = parse_pika_lag(v),
+            // Redis' `lag` is seconds since the last ack, not bytes: the byte lag comes from the offsets instead.
+            "state" => replica.syncing = !v.trim().eq_ignore_ascii_case("online"),
+            "offset" => acked = v.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    if replica.ip.is_empty() {
+        return None;
+    }
+    replica.port = port?;
+    Some((replica, acked))
+}
+
+/// `(db0:0)`, `(db0:full syncing)`, `(db0:not syncing)`, one group per DB → (largest numeric lag if every DB has
+/// one, whether any DB is in full sync).
+fn parse_pika_lag(value: &str) -> (Option<u64>, bool) {
+    let mut lag: Option<u64> = None;
+    let mut all_numeric = true;
+    let mut syncing = false;
+    for group in value.split(')') {
+        let Some((_, state)) = group.trim().trim_start_matches('(').split_once(':') else { continue };
+        let state = state.trim();
+        if let Ok(n) = state.parse::<u64>() {
+            lag = Some(lag.map_or(n, |l| l.max(n)));
+        } else {
+            all_numeric = false;
+            syncing |= state.eq_ignore_ascii_case("full syncing");
+        }
+    }
+    (lag.filter(|_| all_numeric), syncing)
+}
+
+// ---- addresses ---------------------------------------------------------------------------------------------------
+
+/// Where to dial the server registered in Codis as `server` (`<pod fqdn>:<port>`): its entry in `overrides` (from
+/// `PIKA_ADDRESS_OVERRIDES`, matched without case) when there is one, else `server` itself, split into host and port.
+pub fn dial_address(server: &str, overrides: &BTreeMap<String, String>) -> Result<(String, u16), Error> {
+    let server = server.trim();
+    let target = overrides.iter().find(|(k, _)| k.trim().eq_ignore_ascii_case(server)).map_or(server, |(_, v)| v);
+    split_host_port(target.trim())
+}
+
+fn split_host_port(address: &str) -> Result<(String, u16), Error> {
+    let bad = |reason: &str| Error::Address { address: address.to_owned(), reason: reason.to_owned() };
+    let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("expected host:port"))?;
+    // `[::1]:9221`: the brackets are URL syntax, not part of the host.
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() || host.contains(['[', ']']) || host.chars().any(char::is_whitespace) {
+        return Err(bad("expected host:port"));
+    }
+    if host.contains(':') && !address.starts_with('[') {
+        return Err(bad("an IPv6 host must be written [host]:port"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?;
+    if port == 0 {
+        return Err(bad("the port is not a number from 1 to 65535"));
+    }
+    Ok((host.to_owned(), port))
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+// ---- clients -----------------------------------------------------------------------------------------------------
+
+/// The connection settings: no password (AUTH is sent explicitly, so the password never sits in the crate's
+/// connection info) and no `CLIENT SETINFO`, which pika does not know.
+fn connection_info(host: &str, port: u16) -> redis::RedisResult<ConnectionInfo> {
+    let info = ConnectionAddr::Tcp(host.to_owned(), port).into_connection_info()?;
+    Ok(info.set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name()))
+}
+
+/// The server's reply (`ERR …`) or the client's reason, with `secret` masked should the server echo it.
+fn describe(err: &redis::RedisError, secret: Option<&str>) -> String {
+    let text = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    };
+    match secret {
+        Some(secret) if !secret.is_empty() && text.contains(secret) => text.replace(secret, crate::redact::MASK),
+        _ => text,
+    }
+}
+
+fn connect_error(addr: &str, err: &redis::RedisError) -> Error {
+    if err.is_timeout() {
+        Error::Timeout { addr: addr.to_owned(), command: "connect" }
+    } else {
+        Error::Connect { addr: addr.to_owned(), message: describe(err, None) }
+    }
+}
+
+fn command_error(addr: &str, command: &'static str, err: &redis::RedisError, secret: Option<&str>) -> Error {
+    if err.is_timeout() {
+        Error::Timeout { addr: addr.to_owned(), command }
+    } else {
+        Error::Command { addr: addr.to_owned(), command, message: describe(err, secret) }
+    }
+}
+
+/// An async connection to one pika server; every command is bounded by the timeout given to [`Pika::connect`].
+#[derive(Clone)]
+pub struct Pika {
+    addr: String,
+    conn: MultiplexedConnection,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Pika {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pika").field("addr", &self.addr).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl Pika {
+    /// Connects to `host:port` and authenticates with `password` when one is given (an empty one counts as none).
+    pub async fn connect(host: &str, port: u16, password: Option<&str>, timeout: Duration) -> Result<Self, Error> {
+        let addr = join_host_port(host, port);
+        let client = connection_info(host, port).and_then(Client::open).map_err(|e| connect_error(&addr, &e))?;
+        let config =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+        let conn =
+            match tokio::time::timeout(timeout, client.get_multiplexed_async_connection_with_config(&config)).await {
+                Err(_) => return Err(Error::Timeout { addr, command: "connect" }),
+                Ok(result) => result.map_err(|e| connect_error(&addr, &e))?,
+            };
+        let pika = Self { addr, conn, timeout };
+        if let Some(password) = password.filter(|p| !p.is_empty()) {
+            let mut auth = redis::cmd("AUTH");
+            auth.arg(password);
+            pika.query::<()>("AUTH", &auth, Some(password)).await?;
+        }
+        tracing::debug!(pika = %pika.addr, "connected");
+        Ok(pika)
+    }
+
+    /// `host:port` of the server.
+    #[must_use]
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// `PING`.
+    pub async fn ping(&self) -> Result<(), Error> {
+        let reply: String = self.query("PING", &redis::cmd("PING"), None).await?;
+        if reply.eq_ignore_ascii_case("PONG") {
+            Ok(())
+        } else {
+            Err(self.unexpected("PING", &reply))
+        }
+    }
+
+    /// `INFO replication`, parsed.
+    pub async fn info_replication(&self) -> Result<Replication, Error> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let text: String = self.query("INFO replication", &cmd, None).await?;
+        Ok(parse_replication(&text))
+    }
+
+    /// `SLAVEOF host port`. Only switches the state machine: poll [`Replication::link_up`], and persist with
+    /// [`Pika::config_rewrite`]. Idempotent on pika when `host` is spelled as before.
+    pub async fn slaveof(&self, host: &str, port: u16) -> Result<(), Error> {
+        tracing::debug!(pika = %self.addr, master = %join_host_port(host, port), "slaveof");
+        let mut cmd = redis::cmd("SLAVEOF");
+        cmd.arg(host).arg(port);
+        self.query("SLAVEOF", &cmd, None).await
+    }
+
+    /// `SLAVEOF NO ONE` (a no-op on a master). Persist with [`Pika::config_rewrite`].
+    pub async fn slaveof_no_one(&self) -> Result<(), Error> {
+        tracing::debug!(pika = %self.addr, "slaveof no one");
+        let mut cmd = redis::cmd("SLAVEOF");
+        cmd.arg("NO").arg("ONE");
+        self.query("SLAVEOF NO ONE", &cmd, None).await
+    }
+
+    /// `CONFIG REWRITE`: the only way pika persists a replication change across restarts.
+    pub async fn config_rewrite(&self) -> Result<(), Error> {
+        tracing::debug!(pika = %self.addr, "config rewrite");
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("REWRITE");
+        self.query("CONFIG REWRITE", &cmd, None).await
+    }
+
+    /// `CONFIG GET key`: the value, `None` when the server has no such item.
+    pub async fn config_get(&self, key: &str) -> Result<Option<String>, Error> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg(key);
+        let flat: Vec<String> = self.query("CONFIG GET", &cmd, None).await?;
+        let mut pairs = flat.chunks_exact(2);
+        let exact = pairs.find(|p| p[0].eq_ignore_ascii_case(key)).map(|p| p[1].clone());
+        // A server that renames the item in its reply still answers with exactly one pair.
+        Ok(exact.or_else(|| match flat.as_slice() {
+            [_, value] => Some(value.clone()),
+            _ => None,
+        }))
+    }
+
+    /// `CONFIG SET key value`. The value is neither logged nor put in errors (it can be a password).
+    pub async fn config_set(&self, key: &str, value: &str) -> Result<(), Error> {
+        tracing::debug!(pika = %self.addr, key, "config set");
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(key).arg(value);
+        self.query("CONFIG SET", &cmd, Some(value)).await
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        command: &'static str,
+        cmd: &redis::Cmd,
+        secret: Option<&str>,
+    ) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await {
+            Err(_) => Err(Error::Timeout { addr: self.addr.clone(), command }),
+            Ok(result) => result.map_err(|e| command_error(&self.addr, command, &e, secret)),
+        }
+    }
+
+    fn unexpected(&self, command: &'static str, reply: &str) -> Error {
+        Error::Command { addr: self.addr.clone(), command, message: format!("unexpected reply {reply:?}") }
+    }
+}
+
+/// The role of the server at `host:port`, synchronously: one connection, `AUTH` when a password is given,
+/// `INFO replication`. `timeout` bounds the whole probe, connection included.
+pub fn probe_role(host: &str, port: u16, password: Option<&str>, timeout: Duration) -> Result<Role, Error> {
+    let addr = join_host_port(host, port);
+    // Clamped so that an absurd timeout cannot overflow the deadline.
+    let deadline = Instant::now() + timeout.min(Duration::from_secs(86_400));
+    // What is left of the budget for the next step; sockets refuse a zero timeout, so an exhausted budget is a timeout.
+    let left = |command: &'static str| {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| Error::Timeout { addr: addr.clone(), command })
+    };
+    let client = connection_info(host, port).and_then(Client::open).map_err(|e| connect_error(&addr, &e))?;
+    let mut conn = client.get_connection_with_timeout(left("connect")?).map_err(|e| connect_error(&addr, &e))?;
+    let bound = |conn: &redis::Connection, command: &'static str| -> Result<(), Error> {
+        let t = left(command)?;
+        conn.set_read_timeout(Some(t))
+            .and_then(|()| conn.set_write_timeout(Some(t)))
+            .map_err(|e| command_error(&addr, command, &e, None))
+    };
+    if let Some(password) = password.filter(|p| !p.is_empty()) {
+        bound(&conn, "AUTH")?;
+        redis::cmd("AUTH")
+            .arg(password)
+            .query::<()>(&mut conn)
+            .map_err(|e| command_error(&addr, "AUTH", &e, Some(password)))?;
+    }
+    bound(&conn, "INFO replication")?;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .map_err(|e| command_error(&addr, "INFO replication", &e, None))?;
+    parse_role(&info).ok_or_else(|| Error::Command {
+        addr: addr.clone(),
+        command: "INFO replication",
+        message: "the reply names no role".to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pika-info/", $name))
+        };
+    }
+
+    /// The fixtures are stored with LF; servers send CRLF. Both must read the same.
+    fn both_endings(text: &str) -> Replication {
+        let lf = parse_replication(text);
+        let crlf = parse_replication(&text.replace('\n', "\r\n"));
+        assert_eq!(lf, crlf);
+        crlf
+    }
+
+    const REPL_ID: &str = "4f0c1ab9e27d5c3a8b6e0f91d2c7a4b5e83f6d0a1c9b2e7f4a";
+    const MASTER_FQDN: &str = "mycluster-pika-x7k-0.mycluster-pika-x7k-headless.default.svc.cluster.local";
+
+    #[test]
+    fn pika_master_lists_a_synced_and_a_full_syncing_slave() {
+        let r = both_endings(fixture!("master.txt"));
+        assert_eq!(r.role, Role::Master);
+        assert_eq!(r.role.probe_name(), "master");
+        assert_eq!(r.replication_id.as_deref(), Some(REPL_ID));
+        assert_eq!(r.connected_slaves, 2);
+        assert_eq!(
+            r.replicas,
+            [
+                ReplicaInfo { ip: "10.244.1.17".into(), port: 9221, lag: Some(0), syncing: false },
+                ReplicaInfo { ip: "10.244.2.9".into(), port: 9221, lag: None, syncing: true },
+            ]
+        );
+        assert_eq!(r.eligible, Some(true));
+        assert_eq!(r.binlog, Some((3, 52_428_800)));
+        assert_eq!(r.offset, Some(367_001_600));
+        assert_eq!(r.master_host, None);
+        assert!(!r.link_up);
+        assert!(r.replica("10.244.2.9", 9221).is_some_and(|s| s.syncing));
+    }
+
+    #[test]
+    fn pika_healthy_slave_has_its_link_up() {
+        let r = both_endings(fixture!("slave.txt"));
+        assert_eq!(r.role, Role::Slave);
+        assert_eq!(r.role.probe_name(), "slave");
+        assert_eq!(r.master_host.as_deref(), Some(MASTER_FQDN));
+        assert_eq!(r.master_port, Some(9221));
+        assert!(r.link_up);
+        assert_eq!(r.eligible, Some(true));
+        assert_eq!(r.binlog, Some((3, 52_428_800)));
+        assert_eq!(r.offset, Some(367_001_600));
+        assert_eq!(r.connected_slaves, 0);
+        assert!(r.replicas.is_empty());
+        assert!(r.follows(&MASTER_FQDN.to_ascii_uppercase(), 9221));
+        assert!(!r.follows(MASTER_FQDN, 9222));
+        assert!(!r.follows("other", 9221));
+    }
+
+    #[test]
+    fn pika_slave_in_full_sync_is_down_and_not_eligible() {
+        let r = both_endings(fixture!("slave-full-sync.txt"));
+        assert_eq!(r.role, Role::Slave);
+        assert!(!r.link_up);
+        assert_eq!(r.eligible, Some(false));
+        assert_eq!(r.binlog, Some((0, 0)));
+        assert_eq!(r.offset, Some(0));
+        assert!(r.follows(MASTER_FQDN, 9221));
+    }
+
+    #[test]
+    fn a_db_that_is_not_connected_keeps_the_link_down_even_if_the_status_says_up() {
+        let text = fixture!("slave.txt").replace("db0:connected", "db0:connecting");
+        assert!(!parse_replication(&text).link_up);
+    }
+
+    #[test]
+    fn pika_chained_slave_is_reported_as_slave_with_its_own_replica() {
+        let r = both_endings(fixture!("master-and-slave.txt"));
+        assert_eq!(r.role, Role::MasterAndSlave);
+        assert_eq!(r.role.probe_name(), "slave");
+        assert!(r.link_up);
+        assert!(r.follows(MASTER_FQDN, 9221));
+        assert_eq!(r.connected_slaves, 1);
+        assert_eq!(r.replicas[0].lag, Some(1024));
+        assert_eq!(r.offset, Some(367_000_576));
+    }
+
+    #[test]
+    fn pika_v3_5_3_without_the_newer_keys_still_reads() {
+        let r = both_endings(fixture!("v3.5.3-slave.txt"));
+        assert_eq!(r.role, Role::Slave);
+        // No repl_connect_status section: the link status alone decides.
+        assert!(r.link_up);
+        assert_eq!(r.eligible, None);
+        assert_eq!(r.binlog, Some((2, 1_048_576)));
+        assert_eq!(r.offset, Some(2 * BINLOG_FILE_SIZE + 1_048_576));
+
+        let r = both_endings(fixture!("v3.5.3-master.txt"));
+        assert_eq!(r.role, Role::Master);
+        assert_eq!(r.replication_id, None);
+        assert_eq!(r.offset, Some(1234));
+    }
+
+    #[test]
+    fn redis_master_reports_its_replica_and_offset() {
+        let r = both_endings(fixture!("redis7-master.txt"));
+        assert_eq!(r.role, Role::Master);
+        assert_eq!(r.connected_slaves, 1);
+        assert_eq!(r.replicas, [ReplicaInfo { ip: "127.0.0.1".into(), port: 16392, lag: Some(0), syncing: false }]);
+        assert_eq!(r.offset, Some(50));
+        assert_eq!(r.replication_id, None);
+        assert_eq!(r.binlog, None);
+        assert_eq!(r.eligible, None);
+    }
+
+    #[test]
+    fn redis_replica_reports_its_master() {
+        let r = both_endings(fixture!("redis7-replica.txt"));
+        assert_eq!(r.role, Role::Slave);
+        assert!(r.link_up);
+        assert!(r.follows("127.0.0.1", 16391));
+        assert_eq!(r.offset, Some(50));
+        assert!(r.replicas.is_empty());
+    }
+
+    #[test]
+    fn redis_replica_lag_is_the_offset_gap_and_sync_states_count_as_syncing() {
+        let text = "role:master\nconnected_slaves:2\n\
+                    slave0:ip=10.0.0.2,port=6379,state=online,offset=40,lag=0\n\
+                    slave1:ip=10.0.0.3,port=6379,state=wait_bgsave,offset=0,lag=0\n\
+                    master_repl_offset:100\n";
+        let r = parse_replication(text);
+        assert_eq!(r.replicas[0].lag, Some(60));
+        assert!(!r.replicas[0].syncing);
+        assert!(r.replicas[1].syncing);
+    }
+
+    #[test]
+    fn the_header_gives_the_role_when_the_role_line_is_missing() {
+        assert_eq!(parse_role("# Replication(SLAVE)\r\n"), Some(Role::Slave));
+        assert_eq!(parse_role("# Replication(Master && SLAVE)\r\n"), Some(Role::MasterAndSlave));
+        assert_eq!(parse_role("# Replication\r\nconnected_slaves:0\r\n"), None);
+        assert_eq!(parse_role(""), None);
+        assert_eq!(parse_replication("").role, Role::Master);
+        assert_eq!(parse_role("role:bogus\n"), None);
+    }
+
+    #[test]
+    fn pika_lag_with_several_dbs_takes_the_largest_and_needs_all_numeric() {
+        assert_eq!(parse_pika_lag("(db0:5)(db1:7)"), (Some(7), false));
+        assert_eq!(parse_pika_lag("(db0:5)(db1:full syncing)"), (None, true));
+        assert_eq!(parse_pika_lag("(db0:not syncing)"), (None, false));
+        assert_eq!(parse_pika_lag("garbage"), (None, false));
+    }
+
+    #[test]
+    fn malformed_values_are_skipped() {
+        let text = "role:slave\nmaster_port:99999\nconnected_slaves:x\nslave0:ip=,port=1\nslave1:ip=a,port=no\n\
+                    db0:binlog_offset=x y\nslave_repl_offset:-1\nno colon here\n:\n";
+        let r = parse_replication(text);
+        assert_eq!(r.role, Role::Slave);
+        assert_eq!(r.master_port, None);
+        assert_eq!(r.connected_slaves, 0);
+        assert!(r.replicas.is_empty());
+        assert_eq!(r.binlog, None);
+        assert_eq!(r.offset, None);
+    }
+
+    #[test]
+    fn huge_binlog_positions_saturate_instead_of_overflowing() {
+        let r = parse_replication(&format!("# Replication(MASTER)\ndb0:binlog_offset={} {},x\n", u64::MAX, u64::MAX));
+        assert_eq!(r.offset, Some(u64::MAX));
+    }
+
+    #[test]
+    fn dial_address_prefers_an_override_matched_without_case() {
+        let overrides = BTreeMap::from([(
+            "c1-pika-a-0.c1-pika-a-headless.default.svc.cluster.local:9221".to_owned(),
+            "127.0.0.1:41234".to_owned(),
+        )]);
+        assert_eq!(
+            dial_address("C1-PIKA-A-0.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap(),
+            ("127.0.0.1".to_owned(), 41234)
+        );
+        assert_eq!(
+            dial_address("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap(),
+            ("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local".to_owned(), 9221)
+        );
+        assert_eq!(dial_address("[::1]:6379", &BTreeMap::new()).unwrap(), ("::1".to_owned(), 6379));
+        for bad in ["nohost", ":9221", "host:", "host:0", "host:70000", "::1:6379", "a b:1"] {
+            assert!(matches!(dial_address(bad, &BTreeMap::new()), Err(Error::Address { .. })), "{bad:?}");
+        }
+        let broken = BTreeMap::from([("a:1".to_owned(), "nowhere".to_owned())]);
+        assert!(matches!(dial_address("a:1", &broken), Err(Error::Address { address, .. }) if address == "nowhere"));
+    }
+
+    /// Lines of both layouts, valid alone, for shuffled replies.
+    const LINES: &[&str] = &[
+        "# Replication(MASTER)",
+        "# Replication(SLAVE)",
+        "# Replication(Master && SLAVE)",
+        "# Replication",
+        "role:master",
+        "role:slave",
+        "role:master&&slave",
+        "ReplicationID:4f0c1ab9e27d5c3a8b6e0f91d2c7a4b5e83f6d0a1c9b2e7f4a",
+        "ReplicationID:",
+        "master_host:10.0.0.1",
+        "master_port:9221",
+        "master_link_status:up",
+        "master_link_status:down",
+        "repl_connect_status:",
+        "db0:connected",
+        "db0:syncing_full",
+        "slave_priority:100",
+        "slave_read_only:1",
+        "db_repl_state:(db0:WaitDBSync)",
+        "connected_slaves:2",
+        "slave0:ip=10.244.1.17,port=9221,conn_fd=88,lag=(db0:0)",
+        "slave1:ip=10.244.2.9,port=9221,conn_fd=91,lag=(db0:full syncing)",
+        "slave0:ip=127.0.0.1,port=6380,state=online,offset=50,lag=1",
+        "is_eligible_for_master_election:true",
+        "db0:binlog_offset=3 52428800,safety_purge=none",
+        "db0:binlog_offset=18446744073709551615 18446744073709551615,safety_purge=none",
+        "slave_repl_offset:367001600",
+        "master_repl_offset:50",
+        "master_sync_in_progress:0",
+        "",
+    ];
+
+    proptest! {
+        #[test]
+        fn parse_replication_never_panics_on_arbitrary_text(text in "\\PC*") {
+            let _ = parse_replication(&text);
+        }
+
+        #[test]
+        fn parse_replication_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_replication(&String::from_utf8_lossy(&bytes));
+        }
+
+        #[test]
+        fn parse_replication_handles_any_interleaving_of_valid_lines(
+            lines in proptest::collection::vec(proptest::sample::select(LINES), 0..40),
+            crlf in any::<bool>(),
+        ) {
+            let text = lines.join(if crlf { "\r\n" } else { "\n" });
+            let r = parse_replication(&text);
+            // Whatever the order, the role is the last role line's, else a header's.
+            if let Some(last) = lines.iter().rev().find_map(|l| l.strip_prefix("role:")) {
+                prop_assert_eq!(Some(r.role), Role::parse(last));
+            }
+            prop_assert!(r.replicas.len() <= lines.len());
+        }
+    }
+
+    // ---- against a real redis-server -----------------------------------------------------------------------------
+
+    /// A redis-server of its own on a free loopback port, with a config file (so `CONFIG REWRITE` works); killed on
+    /// drop.
+    struct TestRedis {
+        child: Child,
+        port: u16,
+        dir: tempfile::TempDir,
+    }
+
+    impl TestRedis {
+        fn start(extra_config: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            // Bind and drop to learn a free port; a rare collision fails the start below loudly.
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            std::fs::write(
+                dir.path().join("redis.conf"),
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsave \"\"\nappendonly no\n\
+                     repl-diskless-sync-delay 0\n{extra_config}\n",
+                    dir.path().display()
+                ),
+            )
+            .unwrap();
+            let child = Command::new("/usr/bin/redis-server")
+                .arg(dir.path().join("redis.conf"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let server = Self { child, port, dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server on {port} did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            server
+        }
+
+        fn config_path(&self) -> PathBuf {
+            self.dir.path().join("redis.conf")
+        }
+    }
+
+    impl Drop for TestRedis {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    async fn wait_for<F>(pika: &Pika, what: &str, done: F) -> Replication
+    where
+        F: Fn(&Replication) -> bool,
+    {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = pika.info_replication().await.unwrap();
+            if done(&r) {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {r:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_standalone_server_is_a_master() {
+        let server = TestRedis::start("");
+        let pika = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
+        assert_eq!(pika.addr(), format!("127.0.0.1:{}", server.port));
+        pika.ping().await.unwrap();
+        let r = pika.info_replication().await.unwrap();
+        assert_eq!(r.role, Role::Master);
+        assert_eq!(r.connected_slaves, 0);
+        assert_eq!(pika.config_get("port").await.unwrap(), Some(server.port.to_string()));
+        assert_eq!(pika.config_get("no-such-item").await.unwrap(), None);
+        pika.config_set("maxclients", "1234").await.unwrap();
+        assert_eq!(pika.config_get("maxclients").await.unwrap().as_deref(), Some("1234"));
+        assert_eq!(probe_role("127.0.0.1", server.port, None, T).unwrap(), Role::Master);
+    }
+
+    #[tokio::test]
+    async fn slaveof_then_rewrite_then_no_one() {
+        let master = TestRedis::start("");
+        let replica = TestRedis::start("");
+        let to_master = Pika::connect("127.0.0.1", master.port, None, T).await.unwrap();
+        let to_replica = Pika::connect("127.0.0.1", replica.port, None, T).await.unwrap();
+
+        to_replica.slaveof("127.0.0.1", master.port).await.unwrap();
+        let r = wait_for(&to_replica, "link up", |r| r.link_up).await;
+        assert!(r.follows("127.0.0.1", master.port));
+        assert_eq!(probe_role("127.0.0.1", replica.port, None, T).unwrap(), Role::Slave);
+        let m = wait_for(&to_master, "replica listed", |r| r.connected_slaves == 1).await;
+        assert_eq!(m.replicas.len(), 1);
+        assert_eq!(m.replicas[0].port, replica.port);
+
+        to_replica.config_rewrite().await.unwrap();
+        let config = std::fs::read_to_string(replica.config_path()).unwrap();
+        assert!(config.contains(&format!("replicaof 127.0.0.1 {}", master.port)), "{config}");
+
+        to_replica.slaveof_no_one().await.unwrap();
+        let r = to_replica.info_replication().await.unwrap();
+        assert_eq!(r.role, Role::Master);
+        assert!(!r.follows("127.0.0.1", master.port));
+        assert_eq!(probe_role("127.0.0.1", replica.port, None, T).unwrap(), Role::Master);
+        // On a master it is a no-op.
+        to_replica.slaveof_no_one().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_password_is_sent_and_never_shown() {
+        let password = "s3cret-Pa55word";
+        let server = TestRedis::start(&format!("requirepass {password}"));
+        let pika = Pika::connect("127.0.0.1", server.port, Some(password), T).await.unwrap();
+        pika.ping().await.unwrap();
+        assert!(!format!("{pika:?}").contains(password));
+        assert_eq!(probe_role("127.0.0.1", server.port, Some(password), T).unwrap(), Role::Master);
+
+        let wrong = "not-the-s3cret";
+        let err = Pika::connect("127.0.0.1", server.port, Some(wrong), T).await.unwrap_err();
+        assert!(matches!(err, Error::Command { command: "AUTH", .. }), "{err:?}");
+        let err = probe_role("127.0.0.1", server.port, Some(wrong), T).unwrap_err();
+        assert!(matches!(err, Error::Command { command: "AUTH", .. }), "{err:?}");
+        for text in [err.to_string(), format!("{err:?}"), crate::error::Error::from(err).one_line()] {
+            assert!(!text.contains(wrong) && !text.contains(password), "{text}");
+        }
+
+        // Without the password the server refuses the command, and says so.
+        let anonymous = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
+        let err = anonymous.info_replication().await.unwrap_err();
+        assert!(err.to_string().contains("NOAUTH"), "{err}");
+        assert!(probe_role("127.0.0.1", server.port, None, T).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_config_set_failure_does_not_echo_the_value() {
+        let server = TestRedis::start("");
+        let pika = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
+        let value = "not-a-number-s3cret";
+        let err = pika.config_set("maxclients", value).await.unwrap_err();
+        assert!(matches!(err, Error::Command { command: "CONFIG SET", .. }), "{err:?}");
+        assert!(!err.to_string().contains(value), "{err}");
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_connect_error() {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let err = Pika::connect("127.0.0.1", port, None, T).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+        let err = probe_role("127.0.0.1", port, None, T).unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_silent_server_times_the_probe_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // The kernel completes the handshake; nobody ever answers.
+        let started = Instant::now();
+        let err = probe_role("127.0.0.1", port, None, Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, Error::Timeout { command: "INFO replication", .. }), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_a_command_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let pika = Pika::connect("127.0.0.1", port, None, Duration::from_millis(300)).await.unwrap();
+        let err = pika.ping().await.unwrap_err();
+        assert!(matches!(err, Error::Timeout { command: "PING", .. }), "{err:?}");
+        drop(listener);
+    }
 }
