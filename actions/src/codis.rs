@@ -166,7 +166,8 @@ impl fmt::Debug for Dashboard {
 
 impl Dashboard {
     /// Connects to the dashboard at `addr` (`host:port`, optionally `http://host:port`): reads the model to learn the
-    /// product name, checks it against `expected_product` when given, and verifies the derived xauth with `xping`.
+    /// product name, checks it against `expected_product` when given (and not empty), and verifies the derived xauth
+    /// with `xping`.
     /// Every request of this dashboard is bounded by `timeout`.
     pub async fn connect(addr: &str, expected_product: Option<&str>, timeout: Duration) -> Result<Self, Error> {
         let addr = normalize_addr(addr)?;
@@ -183,7 +184,8 @@ impl Dashboard {
             })?;
         let mut dashboard = Self { addr, product: String::new(), xauth: String::new(), http, timeout };
         let model = dashboard.model().await?;
-        if let Some(expected) = expected_product {
+        // An empty product name means "not configured", as an unset variable renders it.
+        if let Some(expected) = expected_product.filter(|p| !p.is_empty()) {
             if expected != model.product_name {
                 return Err(Error::ProductMismatch { expected: expected.to_owned(), actual: model.product_name });
             }

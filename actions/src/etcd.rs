@@ -94,6 +94,7 @@ pub enum Error {
     },
 }
 
+#[allow(clippy::ref_option)] // thiserror hands fields over by reference
 fn holder_note(holder: &Option<String>) -> String {
     holder.as_ref().map_or_else(|| " (holder unknown)".to_owned(), |h| format!(": held by {h}"))
 }
@@ -142,7 +143,10 @@ pub struct Etcd {
 
 impl fmt::Debug for Etcd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Etcd").field("endpoints", &self.endpoints).field("timeout", &self.timeout).finish()
+        f.debug_struct("Etcd")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -159,8 +163,7 @@ impl Etcd {
     /// `timeout` bounds the connection and this check together, and afterwards every single request; an etcd that
     /// is down or unreachable yields [`Error::Unavailable`] within it.
     pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd, Error> {
-        let endpoints: Vec<String> =
-            endpoints.iter().map(|e| e.trim().to_owned()).filter(|e| !e.is_empty()).collect();
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.trim().to_owned()).filter(|e| !e.is_empty()).collect();
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
@@ -178,9 +181,7 @@ impl Etcd {
                 Err(Error::InvalidEndpoints { endpoints: joined, source: e })
             }
             Ok(Err(e)) => Err(Error::Unavailable { endpoints: joined, message: format!("cannot connect: {e}") }),
-            Err(_) => {
-                Err(Error::Unavailable { endpoints: joined, message: format!("no answer within {timeout:?}") })
-            }
+            Err(_) => Err(Error::Unavailable { endpoints: joined, message: format!("no answer within {timeout:?}") }),
         }
     }
 
@@ -266,9 +267,8 @@ impl Etcd {
     /// Deletes `key` only if its value is `expected`; `true` when deleted. Lets the writer of a fence remove its
     /// own fence without removing a newer one written by someone else.
     pub async fn delete_if_value(&self, key: &str, expected: &str) -> Result<bool, Error> {
-        let txn = Txn::new()
-            .when([Compare::value(key, CompareOp::Equal, expected)])
-            .and_then([TxnOp::delete(key, None)]);
+        let txn =
+            Txn::new().when([Compare::value(key, CompareOp::Equal, expected)]).and_then([TxnOp::delete(key, None)]);
         self.txn("delete if value matches", key, txn).await
     }
 
@@ -311,9 +311,8 @@ impl Etcd {
         let deadline = Instant::now() + wait;
         let (lease, granted) = self.grant(key, ttl).await?;
         let lost = Arc::new(AtomicBool::new(false));
-        let keepalive = keep_alive.then(|| {
-            tokio::spawn(keep_lease_alive(self.client.clone(), lease, granted, Arc::clone(&lost)))
-        });
+        let renewals =
+            keep_alive.then(|| tokio::spawn(keep_lease_alive(self.client.clone(), lease, granted, Arc::clone(&lost))));
         let mut guard = LockGuard {
             etcd: self.clone(),
             key: key.to_owned(),
@@ -323,7 +322,7 @@ impl Etcd {
             ttl: granted,
             fence: 0,
             lost,
-            keepalive,
+            keepalive: renewals,
             released: false,
         };
         match self.contend(&mut guard, deadline).await {
@@ -342,9 +341,9 @@ impl Etcd {
     async fn contend(&self, guard: &mut LockGuard, deadline: Instant) -> Result<(), Error> {
         let mut client = self.client.clone();
         let options = Some(PutOptions::new().with_lease(guard.lease));
-        let resp =
-            self.call("queue for lock", &guard.key, client.put(guard.queue_key.as_str(), guard.holder.as_str(), options))
-                .await?;
+        let resp = self
+            .call("queue for lock", &guard.key, client.put(guard.queue_key.as_str(), guard.holder.as_str(), options))
+            .await?;
         // The key is new (its lease is new), so the revision of this put is its create revision.
         guard.fence = resp.header().map_or(0, etcd_client::ResponseHeader::revision);
         let prefix = format!("{}/", guard.key);
@@ -355,19 +354,21 @@ impl Etcd {
                 .with_sort(SortTarget::Create, SortOrder::Descend)
                 .with_max_create_revision(guard.fence - 1)
                 .with_limit(1);
-            let resp = self.call("read the queue of lock", &guard.key, client.get(prefix.as_str(), Some(options))).await?;
+            let resp =
+                self.call("read the queue of lock", &guard.key, client.get(prefix.as_str(), Some(options))).await?;
             let Some(before) = resp.kvs().first() else { break };
             let before = before.key().to_vec();
             // Watching from the revision just read cannot miss a deletion that happens in between.
             let from = resp.header().map_or(0, etcd_client::ResponseHeader::revision) + 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(remaining, self.deleted(&guard.key, before, from)).await {
-                Ok(result) => result?,
-                Err(_) => {
-                    let holder = self.current_holder(&prefix).await;
-                    return Err(Error::LockBusy { key: guard.key.clone(), holder });
+            let Ok(result) = tokio::time::timeout(remaining, self.deleted(&guard.key, before, from)).await else {
+                // The holder may have left just now: the wait is over, but the turn may have come.
+                match self.first_in_line(&prefix).await {
+                    Some((first, _)) if first == guard.queue_key => break,
+                    first => return Err(Error::LockBusy { key: guard.key.clone(), holder: first.map(|(_, h)| h) }),
                 }
-            }
+            };
+            result?;
         }
         // The lease may have expired while waiting (renewals failing); then the key is gone and so is the turn.
         match self.get(&guard.queue_key).await? {
@@ -398,12 +399,13 @@ impl Etcd {
         }
     }
 
-    /// The description stored by the first key in the queue, if it can be read.
-    async fn current_holder(&self, prefix: &str) -> Option<String> {
+    /// The key and holder description of the first in the queue (the holder), if they can be read.
+    async fn first_in_line(&self, prefix: &str) -> Option<(String, String)> {
         let mut client = self.client.clone();
         let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1);
         let resp = self.call("read the holder of lock", prefix, client.get(prefix, Some(options))).await.ok()?;
-        resp.kvs().first().and_then(|kv| kv.value_str().ok()).map(str::to_owned)
+        let first = resp.kvs().first()?;
+        Some((first.key_str().ok()?.to_owned(), first.value_str().ok()?.to_owned()))
     }
 
     async fn grant(&self, key: &str, ttl: Duration) -> Result<(i64, Duration), Error> {

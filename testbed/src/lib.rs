@@ -5,6 +5,12 @@
 //! Nothing here is part of `pika-action`.
 #![warn(missing_docs)]
 
+pub mod codis;
+mod httpd;
 pub mod process;
+pub mod proxy;
+pub mod transcript;
 
+pub use codis::{CodisDouble, DoubleOptions, Fault, Snapshot};
 pub use process::{free_port, EtcdServer, RedisServer};
+pub use proxy::{ProxyDouble, ProxyOptions};

@@ -161,6 +161,13 @@ impl RedisServer {
         assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
     }
 
+    /// Replaces the config file with a fresh one and drops the data, without starting (an empty volume).
+    pub fn reset_config(&mut self) {
+        stop(&mut self.child);
+        self.write_config();
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+    }
+
     /// Runs one command and returns the raw RESP reply (for assertions in tests).
     ///
     /// # Panics

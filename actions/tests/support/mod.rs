@@ -233,3 +233,141 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A fixture cluster wired to a Codis double: what every topology test starts from.
+pub struct Bed {
+    /// The pods, shards and etcd.
+    pub cluster: ClusterFixture,
+    /// The Codis dashboard double.
+    pub codis: testbed::CodisDouble,
+}
+
+impl std::fmt::Debug for Bed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bed").field("cluster", &self.cluster.name).field("codis", &self.codis.addr()).finish()
+    }
+}
+
+impl Bed {
+    /// `shards` × `pods` redis-servers, etcd and a Codis double (upstream behaviour) that knows where every pod is.
+    pub fn new(shards: usize, pods: usize) -> Self {
+        Self::with(ClusterFixture::new(shards, pods), testbed::DoubleOptions::default())
+    }
+
+    /// From a fixture and double options (the overrides are filled in here).
+    pub fn with(cluster: ClusterFixture, mut opts: testbed::DoubleOptions) -> Self {
+        opts.overrides.extend(cluster.overrides());
+        opts.password = cluster.password.clone();
+        opts.product = format!("{}-codis", cluster.name);
+        let codis = testbed::CodisDouble::start(opts);
+        Self { cluster, codis }
+    }
+
+    /// Adds a shard of `pods` pods and tells the double where they are; returns its index.
+    pub fn add_shard(&mut self, pods: usize) -> usize {
+        let index = self.cluster.add_shard(pods);
+        self.tell_double();
+        index
+    }
+
+    /// Adds a pod to shard `index` and tells the double where it is; returns its ordinal.
+    pub fn add_pod(&mut self, index: usize) -> u32 {
+        let ordinal = self.cluster.add_pod(index);
+        self.tell_double();
+        ordinal
+    }
+
+    fn tell_double(&self) {
+        for (server, real) in self.cluster.overrides() {
+            self.codis.set_override(&server, &real);
+        }
+    }
+
+    /// The environment of shard `index`'s actions, on KubeBlocks 1.1+.
+    pub fn env(&self, index: usize) -> BTreeMap<String, String> {
+        let mut env = self.cluster.env(&self.codis.addr(), index);
+        env.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
+        env
+    }
+
+    /// The environment of shard `index`'s component actions on KubeBlocks 1.0.x.
+    pub fn env_v1_0(&self, index: usize, deleting: &[usize]) -> BTreeMap<String, String> {
+        let mut env = self.cluster.env(&self.codis.addr(), index);
+        env.extend(self.cluster.legacy_env(deleting));
+        env
+    }
+
+    /// The group id Codis has for shard `index`, found by its servers.
+    pub fn gid(&self, index: usize) -> Option<u32> {
+        let snap = self.codis.snapshot();
+        let server = self.cluster.shards[index].pods[0].server();
+        snap.server(&server).map(|(g, _)| g.id)
+    }
+
+    /// Asserts what a registered shard must look like: a group with exactly these pods as servers, `master` at
+    /// index 0, every other pod replicating it with the link up, as both Codis and the redis-servers report.
+    pub fn assert_registered(&self, index: usize, master_ordinal: u32) {
+        let shard = &self.cluster.shards[index];
+        let gid = self.gid(index).unwrap_or_else(|| panic!("{} has no group", shard.full));
+        let snap = self.codis.snapshot();
+        let group = snap.group(gid).unwrap();
+        let master = shard.pod(master_ordinal);
+        assert_eq!(group.master(), Some(master.server().as_str()), "{} master", shard.full);
+        let mut listed: Vec<&str> = group.servers.iter().map(|s| s.server.as_str()).collect();
+        listed.sort_unstable();
+        let mut expected: Vec<String> = shard.pods.iter().map(PodFixture::server).collect();
+        expected.sort();
+        assert_eq!(listed, expected, "{} servers", shard.full);
+        assert_eq!(master.redis.role(), "master", "{} master role", master.name);
+        for pod in shard.pods.iter().filter(|p| p.ordinal != master_ordinal) {
+            let ok = eventually(Duration::from_secs(10), || {
+                pod.redis.master().is_some_and(|(h, p, up)| h == "127.0.0.1" && p == master.redis.port() && up)
+            });
+            assert!(ok, "{} does not replicate {} with link up: {:?}", pod.name, master.name, pod.redis.master());
+        }
+    }
+
+    /// Asserts that every slot is owned by one of `gids`, none migrating, sizes within one of each other; returns
+    /// the sizes.
+    pub fn assert_balanced(&self, gids: &[u32]) -> BTreeMap<u32, usize> {
+        let snap = self.codis.snapshot();
+        assert!(snap.with_action().is_empty(), "slots still migrating");
+        let mut sizes: BTreeMap<u32, usize> = gids.iter().map(|&g| (g, 0)).collect();
+        for slot in &snap.slots {
+            *sizes.get_mut(&slot.group_id).unwrap_or_else(|| panic!("slot {} is in group {}", slot.id, slot.group_id)) +=
+                1;
+        }
+        let max = sizes.values().max().copied().unwrap_or(0);
+        let min = sizes.values().min().copied().unwrap_or(0);
+        assert!(max - min <= 1, "unbalanced: {sizes:?}");
+        assert_eq!(sizes.values().sum::<usize>(), snap.slots.len());
+        sizes
+    }
+
+    /// Slot → owning group, as Codis has it now.
+    pub fn owners(&self) -> Vec<u32> {
+        self.codis.snapshot().slots.iter().map(|s| s.group_id).collect()
+    }
+
+    /// The mutating requests (PUT) the double received since the last clear.
+    pub fn mutations(&self) -> Vec<String> {
+        self.codis.requests().into_iter().filter(|r| r.method == "PUT").map(|r| r.path).collect()
+    }
+}
+
+/// How many slots changed owner between two slot tables (migrations; offline → owned is an assignment).
+pub fn moved(before: &[u32], after: &[u32]) -> usize {
+    before.iter().zip(after).filter(|(b, a)| **b != 0 && b != a).count()
+}
+
+/// The fewest migrations that can balance `before` over `groups`: Σ max(0, current − target) with the larger
+/// quotas given to the groups that hold the most.
+pub fn minimum_moves(before: &[u32], groups: &[u32]) -> usize {
+    let n = before.len();
+    let k = groups.len();
+    let mut held: Vec<usize> = groups.iter().map(|g| before.iter().filter(|o| *o == g).count()).collect();
+    held.sort_unstable_by(|a, b| b.cmp(a));
+    let (base, extra) = (n / k, n % k);
+    let foreign = before.iter().filter(|o| **o != 0 && !groups.contains(o)).count();
+    foreign + held.iter().enumerate().map(|(i, &h)| h.saturating_sub(base + usize::from(i < extra))).sum::<usize>()
+}

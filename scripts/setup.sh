@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need on a Debian machine: protoc (etcd-client's build), etcd-server and
+# redis-server (the tests start real ones; redis-server stands in for pika). Idempotent; needs root for apt-get.
+set -euo pipefail
+
+need=()
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The Debian packages start services where systemd runs; the tests start their own on free ports instead.
+for svc in redis-server etcd; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" || true
+  fi
+done
+
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
+echo "setup: protoc $(protoc --version | cut -d' ' -f2), $(etcd --version | head -1), $(redis-server --version | cut -d' ' -f3)"

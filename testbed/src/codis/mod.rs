@@ -1,0 +1,717 @@
+//! A Codis dashboard test double: the HTTP API of `codis-dashboard` 3.2 (and, with [`DoubleOptions::fork`], of the
+//! Pika fork) over real redis-server backends, so every test of the actions runs against Codis's wire contract
+//! without Codis installed.
+//!
+//! # What it models
+//! - Every route of reference §3 except the sentinel routes, with Codis's conventions: GET reads, PUT mutations,
+//!   parameters as path segments (raw or `%3A`-escaped), one trailing `/` accepted, `404 page not found` for unknown
+//!   paths and wrong methods, `"OK"` for mutations, HTTP 800 `{"Cause", "Stack"}` errors with the recorded `Cause`
+//!   strings, checked in Codis's order (xauth first).
+//! - Groups, servers and their sync actions against **real** backends: `group/add` dials the server; a sync action
+//!   sends a real `SLAVEOF` (upstream: inside `MULTI` with `CONFIG SET masterauth`, `CONFIG REWRITE`,
+//!   `CLIENT KILL TYPE normal`, like Codis); `group/promote` sends `SLAVEOF NO ONE` to the new master only and
+//!   reorders the servers — nothing is sent to the old master or the other slaves, as in Codis.
+//! - The slot state machine with a background executor every [`DoubleOptions::tick`]: one state per tick, in-progress
+//!   actions first, then pending ones by index, a group in at most one migration at a time, pushes of every
+//!   transition to every registered proxy (a dead proxy stalls the slot in `preparing`).
+//! - Stats refreshed in the background (INFO of every server, stats of every proxy, with `error`/`timeout` entries).
+//! - The rebalance planner, removal rules, promote rules and `out_of_sync` of reference §7–§10.
+//! - Pika fork mode (§14): extra GroupServer fields filled by a health loop, automatic failover of a dead master,
+//!   `SLAVEOF h p -f` sync actions that real backends reject.
+//! - Fault injection: failed or slow or dropped requests, migration errors, a dashboard restart, a stuck promote.
+//!
+//! # What it does not model
+//! - **No key moves.** Migrations only walk the state machine; redis-server has no `SLOTSMGRTTAGSLOT`, and the
+//!   double never sends it. Keys stay where they were written.
+//! - No `SLOTSINFO`: `group/add` checks a server with `PING` instead (redis-server lacks the Codis commands).
+//! - No coordinator (etcd/zookeeper): state lives in memory; [`CodisDouble::pause`] keeps it, like a dashboard
+//!   restart over a persistent coordinator; `reload` is a no-op.
+//! - Proxies are [`crate::proxy::ProxyDouble`]s (no data path); sentinel routes are 404 (as in the fork).
+//! - Timings are scaled: the executor runs every `tick` (Codis: 1 s), a failed push is retried next tick (Codis:
+//!   ~6 s), a migration batch is instantaneous (so `executor` is always 0 and `slots-migration is running` never
+//!   happens), `slot_action.interval` is stored but does not slow anything.
+//! - Within one tick each slot step is independent: a failed push does not abort the other slots of the round.
+//! - `replica_groups` priorities compare host strings instead of resolved IPs.
+
+mod api;
+mod executor;
+pub mod model;
+mod proxy_client;
+mod rebalance;
+mod resp;
+mod state;
+mod stats;
+pub(crate) mod wire;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request;
+use tower::ServiceExt;
+
+pub use model::{
+    ErrorBody, Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStats, ProxyStatsEntry,
+    ServerAction, ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping,
+    SlotState, TopomModel,
+};
+pub use wire::{proxy_xauth, xauth};
+
+use crate::httpd::{Dropped, Handler, Listener, Runtime};
+use state::{State, Topo};
+
+/// How to start a [`CodisDouble`].
+#[derive(Clone, Debug)]
+pub struct DoubleOptions {
+    /// Product name (the xauth input). Default `codis-demo`.
+    pub product: String,
+    /// Number of slots. Default 1024.
+    pub max_slot_num: usize,
+    /// Server (or proxy admin) address as registered → real `host:port` to dial. Unmapped addresses are dialled as
+    /// written. SLAVEOF targets are mapped too, so replicas are told their master's real address, and `master_addr`
+    /// /`master_host`/`master_port` in INFO maps are mapped back to the registered spelling.
+    pub overrides: BTreeMap<String, String>,
+    /// `product_auth`: sent as `AUTH` and `masterauth` to backends, part of the proxy xauth.
+    pub password: Option<String>,
+    /// Executor period (slot and sync actions). Default 10 ms; Codis: 1 s.
+    pub tick: Duration,
+    /// Pika fork mode (reference §14).
+    pub fork: bool,
+    /// Where to listen; a free loopback port when `None`.
+    pub listen: Option<SocketAddr>,
+    /// Stats refresh (and fork health check) period. Default 100 ms.
+    pub stats_interval: Duration,
+    /// How long one stats refresh waits for a server or proxy before reporting `timeout`. Default 1 s.
+    pub stats_timeout: Duration,
+    /// Dial timeout for backends (Codis: 1 s for `group/add`).
+    pub dial_timeout: Duration,
+    /// Timeout of every call to a proxy. Default 1 s.
+    pub proxy_timeout: Duration,
+    /// Fork: consecutive failed health checks before a server is offline and a dead master is failed over.
+    /// Default 10 (as the fork's `sentinel_master_dead_check_times`).
+    pub dead_checks: u32,
+    /// Most slots in one executor round. Default 100.
+    pub migration_parallel_slots: usize,
+    /// `semi-async` (default) or `sync`: the slots' `forward_method`.
+    pub migration_method: String,
+}
+
+impl Default for DoubleOptions {
+    fn default() -> Self {
+        Self {
+            product: "codis-demo".into(),
+            max_slot_num: 1024,
+            overrides: BTreeMap::new(),
+            password: None,
+            tick: Duration::from_millis(10),
+            fork: false,
+            listen: None,
+            stats_interval: Duration::from_millis(100),
+            stats_timeout: Duration::from_secs(1),
+            dial_timeout: Duration::from_secs(1),
+            proxy_timeout: Duration::from_secs(1),
+            dead_checks: 10,
+            migration_parallel_slots: 100,
+            migration_method: "semi-async".into(),
+        }
+    }
+}
+
+/// An injected failure of the dashboard's HTTP API (see [`CodisDouble::fail_next`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer HTTP 800 with this `Cause` (nothing is done).
+    Status800(String),
+    /// Answer a bare HTTP 500 (nothing is done).
+    Status500,
+    /// Wait this long, then handle the request normally (a slow dashboard: a client that gives up earlier does not
+    /// know whether the mutation happened).
+    Timeout(Duration),
+    /// Close the connection without answering (nothing is done).
+    Drop,
+}
+
+#[derive(Clone, Debug)]
+struct FaultRule {
+    prefix: Option<String>,
+    remaining: usize,
+    fault: Fault,
+}
+
+/// One request the dashboard double received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// `GET` or `PUT` (or whatever was sent).
+    pub method: String,
+    /// The path with the xauth replaced by `{xauth}`.
+    pub path: String,
+    /// The status answered; 0 when the connection was dropped by a fault.
+    pub status: u16,
+}
+
+/// The dashboard's view at one instant, as typed values.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Groups by ascending id.
+    pub groups: Vec<Group>,
+    /// All slots, index == id.
+    pub slots: Vec<SlotMapping>,
+    /// Registered proxies by ascending id.
+    pub proxies: Vec<Proxy>,
+    /// Interval, disabled flag and progress status.
+    pub slot_action: SlotActionStats,
+    /// Last stats refresh of each server.
+    pub server_stats: BTreeMap<String, ServerStats>,
+    /// Last stats refresh of each proxy, by token.
+    pub proxy_stats: BTreeMap<String, ProxyStatsEntry>,
+    /// Completed stats refreshes so far.
+    pub refreshes: u64,
+}
+
+impl Snapshot {
+    /// The group with this id.
+    #[must_use]
+    pub fn group(&self, gid: u32) -> Option<&Group> {
+        self.groups.iter().find(|g| g.id == gid)
+    }
+
+    /// The master (index 0) of a group.
+    #[must_use]
+    pub fn master(&self, gid: u32) -> Option<&str> {
+        self.group(gid).and_then(Group::master)
+    }
+
+    /// The group holding `addr` and the server entry.
+    #[must_use]
+    pub fn server(&self, addr: &str) -> Option<(&Group, &GroupServer)> {
+        self.groups
+            .iter()
+            .find_map(|g| g.servers.iter().find(|s| s.server == addr).map(|s| (g, s)))
+    }
+
+    /// Number of slots whose `group_id` is `gid`.
+    #[must_use]
+    pub fn slots_of(&self, gid: u32) -> usize {
+        self.slots.iter().filter(|m| m.group_id == gid).count()
+    }
+
+    /// Slots with any action (pending included).
+    #[must_use]
+    pub fn with_action(&self) -> Vec<&SlotMapping> {
+        self.slots
+            .iter()
+            .filter(|m| !m.action.state.is_nothing())
+            .collect()
+    }
+}
+
+/// An answer read by [`CodisDouble::call`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpReply {
+    /// Status code (800 for Codis errors); 0 when the request failed (connection refused or dropped).
+    pub status: u16,
+    /// Body text (the transport error text when `status` is 0).
+    pub body: String,
+}
+
+impl HttpReply {
+    /// HTTP 200 with the body `"OK"`.
+    #[must_use]
+    pub fn is_ok(&self) -> bool {
+        self.status == 200 && self.body == "\"OK\""
+    }
+
+    /// The `Cause` of an error body.
+    #[must_use]
+    pub fn cause(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_str(&self.body).ok()?;
+        v.get("Cause")?.as_str().map(str::to_owned)
+    }
+
+    /// The body as JSON.
+    #[must_use]
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.body).ok()
+    }
+}
+
+/// Failures of the handle's test helpers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DoubleError {
+    /// The group does not exist.
+    NoGroup(u32),
+    /// The group has no such server.
+    NoServer {
+        /// Group id.
+        gid: u32,
+        /// Server address.
+        addr: String,
+    },
+    /// The server is the group's master, which cannot be the promote target.
+    IsMaster {
+        /// Group id.
+        gid: u32,
+    },
+}
+
+impl std::fmt::Display for DoubleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoGroup(g) => write!(f, "group-[{g}] doesn't exist"),
+            Self::NoServer { gid, addr } => write!(f, "group-[{gid}] doesn't have server-[{addr}]"),
+            Self::IsMaster { gid } => write!(f, "group-[{gid}] can't promote master"),
+        }
+    }
+}
+
+impl std::error::Error for DoubleError {}
+
+/// What the HTTP handlers, the executors and the handle share.
+pub(crate) struct Shared {
+    pub(crate) opts: DoubleOptions,
+    pub(crate) xauth: String,
+    pub(crate) topom: TopomModel,
+    overrides: Mutex<BTreeMap<String, String>>,
+    state: Mutex<State>,
+    /// Serialises mutations and executor steps, I/O included, like Codis's topom mutex.
+    pub(crate) op: tokio::sync::Mutex<()>,
+    faults: Mutex<Vec<FaultRule>>,
+    log: Mutex<Vec<RequestRecord>>,
+    /// The dashboard is "down" (paused): executors and loops idle.
+    pub(crate) paused: AtomicBool,
+    pub(crate) http: reqwest::Client,
+    listener: OnceLock<Weak<Listener>>,
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The real address to dial for a registered server or proxy admin address.
+    pub(crate) fn dial_target(&self, addr: &str) -> String {
+        let overrides = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        overrides
+            .get(addr)
+            .cloned()
+            .unwrap_or_else(|| addr.to_owned())
+    }
+
+    /// The registered spelling of a real address, if an override maps to it.
+    pub(crate) fn registered_name(&self, real: &str) -> Option<String> {
+        let overrides = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        overrides
+            .iter()
+            .find(|(_, r)| r.as_str() == real)
+            .map(|(k, _)| k.clone())
+    }
+
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.opts.password.as_deref()
+    }
+
+    /// `product_auth` as a string (empty when unset).
+    pub(crate) fn auth(&self) -> &str {
+        self.opts.password.as_deref().unwrap_or("")
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Stops serving from inside a handler (`/api/topom/shutdown`), without waiting.
+    pub(crate) fn shutdown_soon(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+        if let Some(l) = self.listener.get().and_then(Weak::upgrade) {
+            l.pause(false);
+        }
+    }
+
+    fn take_fault(&self, path: &str) -> Option<Fault> {
+        let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        let rule = faults
+            .iter_mut()
+            .find(|r| r.remaining > 0 && r.prefix.as_deref().is_none_or(|p| path.starts_with(p)))?;
+        rule.remaining -= 1;
+        let fault = rule.fault.clone();
+        faults.retain(|r| r.remaining > 0);
+        Some(fault)
+    }
+
+    fn record(&self, method: &str, path: &str, status: u16) {
+        let path = path.replace(&self.xauth, "{xauth}");
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        log.push(RequestRecord {
+            method: method.to_owned(),
+            path,
+            status,
+        });
+    }
+}
+
+/// A running dashboard double; dropping it stops everything it runs.
+pub struct CodisDouble {
+    shared: Arc<Shared>,
+    listener: Arc<Listener>,
+    // Declared last: dropped after the listener, so the runtime outlives the tasks it serves.
+    _rt: Runtime,
+}
+
+impl std::fmt::Debug for CodisDouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodisDouble")
+            .field("addr", &self.addr())
+            .field("product", &self.shared.opts.product)
+            .finish()
+    }
+}
+
+impl CodisDouble {
+    /// Starts the double: HTTP API, slot and sync executors, stats loop.
+    ///
+    /// # Panics
+    /// When the address cannot be bound or the thread cannot be started.
+    #[must_use]
+    pub fn start(opts: DoubleOptions) -> Self {
+        Self::try_start(opts).expect("start codis dashboard double")
+    }
+
+    /// Like [`CodisDouble::start`], returning the error.
+    ///
+    /// # Errors
+    /// When the address cannot be bound or the thread cannot be started.
+    pub fn try_start(opts: DoubleOptions) -> std::io::Result<Self> {
+        let std_listener = std::net::TcpListener::bind(
+            opts.listen
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+        )?;
+        let addr = std_listener.local_addr()?.to_string();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(opts.proxy_timeout)
+            .connect_timeout(opts.proxy_timeout)
+            // Proxy doubles are stopped and restarted by tests: pooled connections would fail spuriously.
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(std::io::Error::other)?;
+        let topom = TopomModel {
+            token: wire::token(&format!("dashboard/{}/{addr}", opts.product)),
+            start_time: wire::go_time_now(),
+            admin_addr: addr,
+            product_name: opts.product.clone(),
+            pid: std::process::id(),
+            pwd: std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            sys: "testbed codis dashboard double".into(),
+        };
+        let forward_method = u32::from(opts.migration_method != "sync");
+        let shared = Arc::new(Shared {
+            xauth: wire::xauth(&opts.product),
+            topom,
+            overrides: Mutex::new(opts.overrides.clone()),
+            state: Mutex::new(State::new(Topo::new(
+                opts.max_slot_num,
+                opts.fork,
+                forward_method,
+            ))),
+            op: tokio::sync::Mutex::new(()),
+            faults: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
+            paused: AtomicBool::new(false),
+            http,
+            listener: OnceLock::new(),
+            opts,
+        });
+        let rt = Runtime::start("codis-double")?;
+        let router = axum::Router::new()
+            .fallback(api::dispatch)
+            .with_state(shared.clone());
+        let handler_shared = shared.clone();
+        let handler: Handler = Arc::new(move |req: Request<Body>| {
+            let router = router.clone();
+            let shared = handler_shared.clone();
+            Box::pin(async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_owned();
+                let resp = match shared.take_fault(&path) {
+                    Some(Fault::Drop) => {
+                        shared.record(&method, &path, 0);
+                        return Err(Dropped);
+                    }
+                    Some(Fault::Status500) => wire::internal_error(),
+                    Some(Fault::Status800(cause)) => wire::error(&wire::ApiError::traced(cause)),
+                    Some(Fault::Timeout(d)) => {
+                        tokio::time::sleep(d).await;
+                        router.oneshot(req).await.map_err(|_| Dropped)?
+                    }
+                    None => router.oneshot(req).await.map_err(|_| Dropped)?,
+                };
+                shared.record(&method, &path, resp.status().as_u16());
+                Ok(resp)
+            })
+        });
+        let listener = Arc::new(Listener::start(rt.handle(), std_listener, handler)?);
+        let _ = shared.listener.set(Arc::downgrade(&listener));
+        rt.handle().spawn(executor::run(shared.clone()));
+        rt.handle().spawn(stats::run(shared.clone()));
+        Ok(Self {
+            shared,
+            listener,
+            _rt: rt,
+        })
+    }
+
+    /// `127.0.0.1:<port>`.
+    #[must_use]
+    pub fn addr(&self) -> String {
+        self.listener.addr().to_string()
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// The product name.
+    #[must_use]
+    pub fn product(&self) -> &str {
+        &self.shared.opts.product
+    }
+
+    /// The xauth clients must send.
+    #[must_use]
+    pub fn xauth(&self) -> &str {
+        &self.shared.xauth
+    }
+
+    /// The options it was started with (overrides as at start).
+    #[must_use]
+    pub fn options(&self) -> &DoubleOptions {
+        &self.shared.opts
+    }
+
+    /// Maps a registered address to a real one from now on (e.g. a pod added after start).
+    pub fn set_override(&self, registered: &str, real: &str) {
+        let mut overrides = self
+            .shared
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        overrides.insert(registered.to_owned(), real.to_owned());
+    }
+
+    /// Sends one request to the double (blocking; works from sync and async tests). `{xauth}` in `path` is replaced
+    /// by the xauth. Requests go through fault injection and the request log like any other.
+    #[must_use]
+    pub fn call(&self, method: &str, path: &str) -> HttpReply {
+        self.call_with_body(method, path, "")
+    }
+
+    /// [`CodisDouble::call`] with a JSON body (the `slots/assign` routes).
+    #[must_use]
+    pub fn call_with_body(&self, method: &str, path: &str, body: &str) -> HttpReply {
+        let path = path.replace("{xauth}", &self.shared.xauth);
+        match crate::httpd::blocking_request(&self.addr(), method, &path, body) {
+            Ok((status, body)) => HttpReply { status, body },
+            Err(e) => HttpReply {
+                status: 0,
+                body: e.to_string(),
+            },
+        }
+    }
+
+    /// The current model and stats as typed values.
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.shared.state();
+        let mut proxies: Vec<Proxy> = st.topo.proxies.values().cloned().collect();
+        proxies.sort_by_key(|p| p.id);
+        Snapshot {
+            groups: st.topo.groups.values().cloned().collect(),
+            slots: st.topo.slots.clone(),
+            proxies,
+            slot_action: st.slot_action.clone(),
+            server_stats: st.server_stats.clone(),
+            proxy_stats: st.proxy_stats.clone(),
+            refreshes: st.refreshes,
+        }
+    }
+
+    /// Polls [`CodisDouble::snapshot`] every few milliseconds until `ready` holds; the matching snapshot, or `None`
+    /// after `timeout`.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        mut ready: impl FnMut(&Snapshot) -> bool,
+    ) -> Option<Snapshot> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let snap = self.snapshot();
+            if ready(&snap) {
+                return Some(snap);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Waits until a stats refresh that started after this call has completed, so stats reflect the current model.
+    #[must_use]
+    pub fn wait_stats_refresh(&self, timeout: Duration) -> bool {
+        let now = self.snapshot().refreshes;
+        self.wait_for(timeout, |s| s.refreshes >= now + 2).is_some()
+    }
+
+    /// Every request received so far.
+    #[must_use]
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Forgets the request log.
+    pub fn clear_requests(&self) {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// The next `n` requests (any path) fail with `fault`.
+    pub fn fail_next(&self, n: usize, fault: Fault) {
+        self.push_fault(None, n, fault);
+    }
+
+    /// The next `n` requests whose path starts with `prefix` fail with `fault`; `{xauth}` may be written out, e.g.
+    /// `/api/topom/group/promote/` or `/api/topom/group/promote/{xauth}/2/`.
+    pub fn fail_next_on(&self, prefix: &str, n: usize, fault: Fault) {
+        self.push_fault(
+            Some(prefix.replace("{xauth}", &self.shared.xauth)),
+            n,
+            fault,
+        );
+    }
+
+    fn push_fault(&self, prefix: Option<String>, n: usize, fault: Fault) {
+        if n > 0 {
+            let mut faults = self
+                .shared
+                .faults
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            faults.push(FaultRule {
+                prefix,
+                remaining: n,
+                fault,
+            });
+        }
+    }
+
+    /// Drops every pending fault.
+    pub fn clear_faults(&self) {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Makes every migration batch of `slot` fail with `text` (`[ERROR] Slot[NNNN]: <text>`, slot stays
+    /// `migrating`) until [`CodisDouble::clear_slot_error`].
+    pub fn set_slot_error(&self, slot: usize, text: &str) {
+        self.shared
+            .state()
+            .slot_errors
+            .insert(slot, text.to_owned());
+    }
+
+    /// Lets `slot` migrate again.
+    pub fn clear_slot_error(&self, slot: usize) {
+        self.shared.state().slot_errors.remove(&slot);
+    }
+
+    /// How many executor ticks `slot` spends in `migrating` (default 1); takes effect on a slot already migrating.
+    pub fn set_migration_ticks(&self, slot: usize, ticks: u32) {
+        self.shared
+            .state()
+            .migration_ticks
+            .insert(slot, ticks.max(1));
+    }
+
+    /// Migrating ticks for every slot without its own setting.
+    pub fn set_default_migration_ticks(&self, ticks: u32) {
+        self.shared.state().default_migration_ticks = ticks.max(1);
+    }
+
+    /// A dashboard restart, first half: closes the port (connections refused) and idles the executors; all state
+    /// is kept, as Codis keeps it in its coordinator.
+    pub fn pause(&self) {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        self.listener.pause(true);
+    }
+
+    /// Second half: serves again on the same port and resumes the executors.
+    ///
+    /// # Errors
+    /// When the port cannot be bound again.
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.listener.resume()?;
+        self.shared.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the port is closed (paused or shut down through the API).
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        !self.listener.is_serving()
+    }
+
+    /// Leaves group `gid` with `promoting = {index of addr, preparing}`, as a promote whose proxy push failed does;
+    /// the group then refuses add/del/sync actions, and a promote of the same address resumes it.
+    ///
+    /// # Errors
+    /// When the group or the server does not exist, or `addr` is the master.
+    pub fn promote_in_progress(&self, gid: u32, addr: &str) -> Result<(), DoubleError> {
+        let mut st = self.shared.state();
+        let g = st
+            .topo
+            .groups
+            .get_mut(&gid)
+            .ok_or(DoubleError::NoGroup(gid))?;
+        let index = g.index_of(addr).ok_or_else(|| DoubleError::NoServer {
+            gid,
+            addr: addr.to_owned(),
+        })?;
+        if index == 0 {
+            return Err(DoubleError::IsMaster { gid });
+        }
+        g.promoting = Promoting {
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            state: PromotingState::Preparing,
+        };
+        Ok(())
+    }
+}
+
+impl Drop for CodisDouble {
+    fn drop(&mut self) {
+        self.shared.paused.store(true, Ordering::SeqCst);
+    }
+}

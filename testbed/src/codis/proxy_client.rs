@@ -1,0 +1,150 @@
+//! The dashboard double's calls to proxies' admin APIs (model, xping, fillslots, start, sentinels, shutdown, stats).
+//!
+//! Errors are plain strings: Codis folds them into its own messages (`proxy-[t] resync slots failed`) or into
+//! `stats.proxy.stats[t].error.Cause`.
+
+use serde::de::DeserializeOwned;
+
+use super::model::{Proxy, ProxyStats, Slot};
+
+/// A proxy's admin API at `target` (the dialled address), authenticated with `xauth`.
+pub(crate) struct ProxyClient {
+    http: reqwest::Client,
+    target: String,
+    xauth: String,
+}
+
+fn transport_error(target: &str, e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        format!("dial tcp {target}: i/o timeout")
+    } else if e.is_connect() {
+        format!("dial tcp {target}: connect: connection refused")
+    } else {
+        // The URL would carry the xauth: keep it out of messages.
+        let mut text = String::new();
+        let mut cur: Option<&dyn std::error::Error> = Some(e);
+        while let Some(err) = cur {
+            text = err.to_string();
+            cur = err.source();
+        }
+        text
+    }
+}
+
+async fn decode<T: DeserializeOwned>(
+    target: &str,
+    resp: Result<reqwest::Response, reqwest::Error>,
+) -> Result<T, String> {
+    let resp = resp.map_err(|e| transport_error(target, &e))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| transport_error(target, &e))?;
+    if status == 200 {
+        return serde_json::from_slice(&body).map_err(|e| format!("json decode failed: {e}"));
+    }
+    let cause = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("Cause").and_then(|c| c.as_str()).map(str::to_owned));
+    Err(cause.unwrap_or_else(|| {
+        format!(
+            "http status {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        )
+    }))
+}
+
+impl ProxyClient {
+    pub(crate) fn new(http: &reqwest::Client, target: &str, xauth: &str) -> Self {
+        Self {
+            http: http.clone(),
+            target: target.to_owned(),
+            xauth: xauth.to_owned(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.target)
+    }
+
+    /// `GET /api/proxy/model` (no auth).
+    pub(crate) async fn model(http: &reqwest::Client, target: &str) -> Result<Proxy, String> {
+        decode(
+            target,
+            http.get(format!("http://{target}/api/proxy/model"))
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    async fn put_ok(&self, path: &str, body: Option<String>) -> Result<(), String> {
+        let mut req = self.http.put(self.url(&format!("{path}/{}", self.xauth)));
+        if let Some(b) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b);
+        }
+        let reply: String = decode(&self.target, req.send().await).await?;
+        if reply == "OK" {
+            Ok(())
+        } else {
+            Err(format!("unexpected reply {reply:?}"))
+        }
+    }
+
+    /// `GET /api/proxy/xping/{pxauth}`.
+    pub(crate) async fn xping(&self) -> Result<(), String> {
+        let reply: String = decode(
+            &self.target,
+            self.http
+                .get(self.url(&format!("/api/proxy/xping/{}", self.xauth)))
+                .send()
+                .await,
+        )
+        .await?;
+        if reply == "OK" {
+            Ok(())
+        } else {
+            Err(format!("unexpected reply {reply:?}"))
+        }
+    }
+
+    /// `PUT /api/proxy/fillslots/{pxauth}`.
+    pub(crate) async fn fill_slots(&self, slots: &[Slot]) -> Result<(), String> {
+        let body = serde_json::to_string(slots).map_err(|e| e.to_string())?;
+        self.put_ok("/api/proxy/fillslots", Some(body)).await
+    }
+
+    /// `PUT /api/proxy/start/{pxauth}`.
+    pub(crate) async fn start(&self) -> Result<(), String> {
+        self.put_ok("/api/proxy/start", None).await
+    }
+
+    /// `PUT /api/proxy/sentinels/{pxauth}` (upstream only; the double has no sentinels).
+    pub(crate) async fn set_sentinels(&self) -> Result<(), String> {
+        self.put_ok(
+            "/api/proxy/sentinels",
+            Some("{\"out_of_sync\":false}".into()),
+        )
+        .await
+    }
+
+    /// `PUT /api/proxy/shutdown/{pxauth}`.
+    pub(crate) async fn shutdown(&self) -> Result<(), String> {
+        self.put_ok("/api/proxy/shutdown", None).await
+    }
+
+    /// `GET /api/proxy/stats/{pxauth}`.
+    pub(crate) async fn stats(&self) -> Result<ProxyStats, String> {
+        decode(
+            &self.target,
+            self.http
+                .get(self.url(&format!("/api/proxy/stats/{}", self.xauth)))
+                .send()
+                .await,
+        )
+        .await
+    }
+}
