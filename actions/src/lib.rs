@@ -14,6 +14,7 @@ pub mod codis;
 pub mod context;
 pub mod error;
 pub mod etcd;
+pub mod failpoint;
 pub mod event;
 pub mod kube;
 pub mod pika;

@@ -5,6 +5,7 @@
 //! Nothing here is part of `pika-action`.
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod codis;
 mod httpd;
 pub mod process;

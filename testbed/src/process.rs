@@ -386,7 +386,7 @@ mod tests {
         let a = RedisServer::start_with(Some("pw1"));
         let mut b = RedisServer::start_with(Some("pw1"));
         assert!(command(a.port(), None, &["INFO", "replication"]).is_some_and(|r| r.contains("NOAUTH")));
-        b.command(&["SLAVEOF", "127.0.0.1", &a.port().to_string()]);
+        let _ = b.command(&["SLAVEOF", "127.0.0.1", &a.port().to_string()]);
         assert!(b.command(&["CONFIG", "REWRITE"]).contains("OK"));
         b.restart();
         assert!(wait_until("link", Duration::from_secs(10), || b.master().is_some_and(|(_, _, up)| up)));

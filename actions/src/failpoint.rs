@@ -1,0 +1,34 @@
+//! Crash points for the crash-at-every-step tests.
+//!
+//! Every external mutation (a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write) calls [`step`] first. Built
+//! with the `failpoints` feature and run with `PIKA_ACTION_CRASH_AT=<n>`, the process aborts just before its n-th
+//! mutation, with no cleanup, as a killed pod would; the tests then rerun the action and check that it converges.
+//! Without the feature this compiles to nothing, and the variable is never read.
+
+/// Marks the mutation `what` as about to happen.
+#[inline]
+pub fn step(what: &str) {
+    #[cfg(feature = "failpoints")]
+    armed::step(what);
+    #[cfg(not(feature = "failpoints"))]
+    let _ = what;
+}
+
+#[cfg(feature = "failpoints")]
+mod armed {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    static CRASH_AT: OnceLock<Option<usize>> = OnceLock::new();
+
+    pub(super) fn step(what: &str) {
+        // Read here rather than in `vars`: this hook exists only in test builds.
+        let crash_at = *CRASH_AT.get_or_init(|| std::env::var("PIKA_ACTION_CRASH_AT").ok().and_then(|v| v.parse().ok()));
+        let n = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
+        if crash_at == Some(n) {
+            eprintln!("crash point {n}: aborting before {what}");
+            std::process::abort();
+        }
+    }
+}
