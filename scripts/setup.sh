@@ -7,6 +7,15 @@ need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# The chart tests (tests/, chart-tests) build tests/chart-render from Go's text/template and the libraries Helm is made
+# of (GOPATH mode, offline), and run the etcd scripts under busybox sh as the etcd pods do.
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+gocode=/usr/share/gocode/src
+[ -d "$gocode/github.com/Masterminds/sprig" ] || need+=(golang-github-masterminds-sprig-dev)
+[ -d "$gocode/gopkg.in/yaml.v3" ] || need+=(golang-gopkg-yaml.v3-dev)
+[ -d "$gocode/sigs.k8s.io/yaml" ] || need+=(golang-k8s-sigs-yaml-dev)
+[ -d "$gocode/github.com/xeipuuv/gojsonschema" ] || need+=(golang-github-xeipuuv-gojsonschema-dev)
+command -v busybox >/dev/null 2>&1 || need+=(busybox)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

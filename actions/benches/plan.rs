@@ -46,25 +46,17 @@ fn bench_rebalance(c: &mut Criterion) {
             // add: groups 1..g-1 hold everything, group g is new.
             let before = balanced(n, &all[..all.len() - 1]);
             report("add", n, g, &rebalance(&before, &all));
-            group.bench_with_input(
-                BenchmarkId::new(format!("add/{n}"), g),
-                &before,
-                |b, slots| {
-                    b.iter(|| rebalance(black_box(slots), black_box(&all)));
-                },
-            );
+            group.bench_with_input(BenchmarkId::new(format!("add/{n}"), g), &before, |b, slots| {
+                b.iter(|| rebalance(black_box(slots), black_box(&all)));
+            });
 
             // drain: group 1 leaves the other g-1.
             let before = balanced(n, &all);
             let remaining = &all[1..];
             report("drain", n, g, &drain(&before, 1, remaining));
-            group.bench_with_input(
-                BenchmarkId::new(format!("drain/{n}"), g),
-                &before,
-                |b, slots| {
-                    b.iter(|| drain(black_box(slots), 1, black_box(remaining)));
-                },
-            );
+            group.bench_with_input(BenchmarkId::new(format!("drain/{n}"), g), &before, |b, slots| {
+                b.iter(|| drain(black_box(slots), 1, black_box(remaining)));
+            });
         }
     }
     group.finish();

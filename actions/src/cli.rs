@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 
 use crate::vars::{
-    AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, LeaveVars, LegacyVars,
+    AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars, LegacyVars,
     PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars, VarMap,
 };
 
@@ -78,11 +78,15 @@ action_args!(
 );
 action_args!(
     /// Variables of `switchover`.
-    SwitchoverArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, switchover: SwitchoverVars, run: RunVars }
+    SwitchoverArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, switchover: SwitchoverVars, kube: KubeVars, run: RunVars }
 );
 action_args!(
     /// Variables of `role-probe`.
     RoleProbeArgs { probe: ProbeVars, pika: PikaVars, run: RunVars }
+);
+action_args!(
+    /// Variables of `topology`.
+    TopologyArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, all: AllShardsVars, run: RunVars }
 );
 action_args!(
     /// Variables of `rejoin`.
@@ -110,6 +114,9 @@ pub enum Action {
     RoleProbe(RoleProbeArgs),
     /// At container start: follow the group's current master if Codis lists this pod under another master.
     Rejoin(RejoinArgs),
+    /// For people, read-only: each group's master and replicas as Codis and the pikas see them; exit 1 when they
+    /// disagree (or a pika cannot be asked), 0 when every group is consistent.
+    Topology(TopologyArgs),
 }
 
 impl Action {
@@ -126,6 +133,7 @@ impl Action {
             Self::Switchover(_) => "switchover",
             Self::RoleProbe(_) => "role-probe",
             Self::Rejoin(_) => "rejoin",
+            Self::Topology(_) => "topology",
         }
     }
 
@@ -143,6 +151,7 @@ impl Action {
             Self::Switchover(a) => a.collect(&mut map),
             Self::RoleProbe(a) => a.collect(&mut map),
             Self::Rejoin(a) => a.collect(&mut map),
+            Self::Topology(a) => a.collect(&mut map),
         }
         map
     }

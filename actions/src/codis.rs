@@ -360,6 +360,7 @@ impl Dashboard {
     }
 
     fn log_mutation(&self, path: &str) {
+        crate::failpoint::step(path);
         // `path` holds the placeholder, not the xauth.
         tracing::debug!(dashboard = %self.addr, endpoint = %format!("PUT {path}"), "codis request");
     }

@@ -194,6 +194,7 @@ impl Etcd {
     /// Sets `key` to `value`, bound to a fresh lease of `ttl` when given (the key then disappears `ttl` after the
     /// write unless written again); returns the revision of the write.
     pub async fn put(&self, key: &str, value: &str, ttl: Option<Duration>) -> Result<i64, Error> {
+        crate::failpoint::step("etcd put");
         let lease = self.lease_for(key, ttl).await?;
         let mut client = self.client.clone();
         let resp = self.call("put", key, client.put(key, value, Some(put_options(lease)))).await?;
@@ -211,6 +212,7 @@ impl Etcd {
 
     /// Deletes `key`; `true` when it existed.
     pub async fn delete(&self, key: &str) -> Result<bool, Error> {
+        crate::failpoint::step("etcd delete");
         let mut client = self.client.clone();
         let resp = self.call("delete", key, client.delete(key, None)).await?;
         Ok(resp.deleted() > 0)
@@ -234,6 +236,7 @@ impl Etcd {
     /// Creates `key` with `value` (bound to a lease of `ttl` when given) only if it does not exist; `true` when
     /// written.
     pub async fn put_if_absent(&self, key: &str, value: &str, ttl: Option<Duration>) -> Result<bool, Error> {
+        crate::failpoint::step("etcd put_if_absent");
         self.compare_and_put(key, None, value, ttl).await
     }
 
@@ -248,6 +251,7 @@ impl Etcd {
         value: &str,
         ttl: Option<Duration>,
     ) -> Result<bool, Error> {
+        crate::failpoint::step("etcd compare_and_put");
         let compare = match expected {
             None => Compare::create_revision(key, CompareOp::Equal, 0),
             // etcd fails a value comparison on a missing key, so "absent" never matches an expected value.
@@ -267,6 +271,7 @@ impl Etcd {
     /// Deletes `key` only if its value is `expected`; `true` when deleted. Lets the writer of a fence remove its
     /// own fence without removing a newer one written by someone else.
     pub async fn delete_if_value(&self, key: &str, expected: &str) -> Result<bool, Error> {
+        crate::failpoint::step("etcd delete_if_value");
         let txn =
             Txn::new().when([Compare::value(key, CompareOp::Equal, expected)]).and_then([TxnOp::delete(key, None)]);
         self.txn("delete if value matches", key, txn).await
@@ -282,6 +287,7 @@ impl Etcd {
         value: &str,
         ttl: Option<Duration>,
     ) -> Result<bool, Error> {
+        crate::failpoint::step("etcd put_if_held");
         let lease = self.lease_for(key, ttl).await?;
         let txn = Txn::new()
             .when([Compare::create_revision(guard.queue_key.as_str(), CompareOp::Equal, guard.fence)])
@@ -296,7 +302,11 @@ impl Etcd {
     /// about 2 s), renewed every third of it by a background task for as long as the guard lives. A holder that
     /// crashes frees the lock after the TTL. On [`Error::LockBusy`] this contender's lease is revoked, leaving
     /// nothing behind.
+    ///
+    /// Contenders queue under `<key>/`, so no lock may be named like another one followed by `/` (`.../locks/a`
+    /// and `.../locks/a/b`): use flat names below one prefix.
     pub async fn lock(&self, key: &str, ttl: Duration, wait: Duration, holder: &str) -> Result<LockGuard, Error> {
+        crate::failpoint::step("etcd lock");
         self.acquire(key, ttl, wait, holder, true).await
     }
 

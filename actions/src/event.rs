@@ -231,6 +231,9 @@ pub enum Event {
         role: Option<String>,
         /// The requested new master (OpsRequest only).
         candidate: Option<PodRef>,
+        /// A plain-http Kubernetes API proxy to read rollout facts from instead of the in-cluster API.
+        #[serde(default)]
+        kube_api: Option<String>,
     },
     /// `role-probe`.
     RoleProbe {
@@ -242,6 +245,14 @@ pub enum Event {
         pika: PikaRef,
         /// Seconds this run may work.
         budget_seconds: u64,
+    },
+    /// `topology` (for people, read-only).
+    Topology {
+        /// Common fields.
+        #[serde(flatten)]
+        common: Common,
+        /// Every shard of the cluster when `ALL_SHARDS_POD_FQDNS` is given (names the groups), else empty.
+        shards: Vec<Shard>,
     },
     /// `rejoin`.
     Rejoin {
@@ -285,6 +296,7 @@ impl Event {
             Self::Switchover { .. } => "switchover",
             Self::RoleProbe { .. } => "role-probe",
             Self::Rejoin { .. } => "rejoin",
+            Self::Topology { .. } => "topology",
         }
     }
 
@@ -299,7 +311,8 @@ impl Event {
             | Self::MemberJoin { common, .. }
             | Self::MemberLeave { common, .. }
             | Self::Switchover { common, .. }
-            | Self::Rejoin { common, .. } => Some(common),
+            | Self::Rejoin { common, .. }
+            | Self::Topology { common, .. } => Some(common),
             Self::RoleProbe { .. } => None,
         }
     }
@@ -367,7 +380,10 @@ impl Event {
                 // The leaving pod is already gone from the desired pod list: check only that it is this shard's.
                 check_member(shard, member, vars::KB_LEAVE_MEMBER_POD_NAME, vars::KB_LEAVE_MEMBER_POD_FQDN)?;
             }
-            Self::Switchover { shard, current, candidate, .. } => {
+            Self::Switchover { shard, current, candidate, kube_api, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 check_member(shard, current, vars::KB_SWITCHOVER_CURRENT_NAME, vars::KB_SWITCHOVER_CURRENT_FQDN)?;
                 if let Some(candidate) = candidate {
@@ -394,10 +410,25 @@ impl Event {
                     ));
                 }
             }
+            Self::Topology { shards, .. } => {
+                if !shards.is_empty() {
+                    check_shards(cluster, shards)?;
+                }
+            }
             Self::RoleProbe { .. } => {}
         }
         Ok(())
     }
+}
+
+/// `KUBE_API_URL` must be a plain-http URL of a host and port: it is meant for `kubectl proxy` and tests, and
+/// carries no credentials, so an `https://` API server (which needs them) is a configuration error.
+fn check_kube_api(url: &str) -> Result<()> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        Error::invalid(vars::KUBE_API_URL, format!("{url:?} is not a plain http:// url (e.g. http://127.0.0.1:8001)"))
+    })?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    crate::template::check_host_port(authority).map_err(|e| Error::invalid(vars::KUBE_API_URL, e))
 }
 
 fn check_shard_name(cluster: &ClusterRef, name: &str, var: &str) -> Result<()> {

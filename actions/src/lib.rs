@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod codis;
 pub mod context;
+pub mod drain;
 pub mod error;
 pub mod etcd;
 pub mod failpoint;
@@ -23,6 +24,7 @@ pub mod rebalance;
 pub mod register;
 pub mod redact;
 pub mod template;
+pub mod transfer;
 pub mod vars;
 
 pub mod member_join;
@@ -34,6 +36,7 @@ pub mod role_probe;
 pub mod shard_add;
 pub mod shard_remove;
 pub mod switchover;
+pub mod topology;
 
 use cli::{Action, Cli, Command};
 use context::Context;
@@ -73,6 +76,7 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
             Event::MemberLeave { .. } => member_leave::run(ctx).await,
             Event::Switchover { .. } => switchover::run(ctx).await,
             Event::Rejoin { .. } => rejoin::run(ctx).await,
+            Event::Topology { .. } => topology::run(ctx).await,
             Event::RoleProbe { .. } => role_probe::run(ctx),
         }
     })

@@ -1,10 +1,86 @@
-//! The `member-leave` action.
+//! `member-leave`: the leaving pod's server is removed from its Codis group, so that it never stays listed in the
+//! dashboard. KubeBlocks runs it on replica scale-in after `switchover` — whose errors it ignores — and requeues it
+//! every second until it succeeds, so the leaving pod may still be the master, or already dead.
+//!
+//! A master is never deleted while it is one: the best replica is promoted first through the fenced transfer of
+//! [`crate::transfer`] (a dead master's most advanced replica), and a group's last server is deleted only when the
+//! group owns no slots. Pika's Codis fork may fail a master over and reorder a group's servers at any time, so the
+//! group is re-read before every step and the step chosen from what Codis says now. A pod Codis never knew is
+//! success.
 
+use crate::cluster::{release, Session};
+use crate::codis::Stats;
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::transfer::{self, Transfer};
 
 /// Runs the action.
 pub async fn run(ctx: &Context) -> Result<String> {
-    let _ = ctx;
-    Err(Error::Refused("member-leave is not implemented yet".into()))
+    let Event::MemberLeave { member, .. } = &ctx.event else {
+        return Err(Error::Refused("member-leave got another action's event".into()));
+    };
+    let s = Session::open(ctx).await?;
+    let server = s.server(&member.fqdn);
+    if s.stats().await?.group_of_server(&server).is_none() {
+        return Ok(format!("{server} is in no codis group; nothing to do"));
+    }
+    let mut lock = s.lock_topology().await?;
+    let result = leave(&s, &lock, &server).await;
+    release(&mut lock).await;
+    result
+}
+
+/// The steps, each chosen from a fresh read of the group.
+async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> Result<String> {
+    let mut notes = Vec::new();
+    for _ in 0..20 {
+        s.ctx.budget.check(|| format!("removing {server} from its group: {}", notes.join("; ")))?;
+        let stats = s.stats().await?;
+        let Some(group) = stats.group_of_server(server) else {
+            notes.push(format!("{server} is no longer in any group"));
+            return Ok(notes.join("; "));
+        };
+        let gid = group.id;
+        let is_master = group.master().is_some_and(|m| m.eq_ignore_ascii_case(server));
+        if group.is_promoting() || (is_master && group.servers.len() > 1) {
+            // Promote another member first (or finish the promote in progress), then look again.
+            let t = Transfer { gid, from: server.to_owned(), candidate: None, rollout: None };
+            let outcome = transfer::move_master(s, lock, &t).await?;
+            notes.push(outcome.describe(server));
+            continue;
+        }
+        if is_master {
+            let owned = owned_slots(&stats, gid);
+            if owned > 0 {
+                return Err(Error::Refused(format!(
+                    "{server} is the last server of group {gid}, which owns {owned} slot(s): a master is never \
+                     deleted while its group serves slots; remove the shard (drain it) instead"
+                )));
+            }
+        }
+        tracing::info!(gid, server, "removing server from group");
+        match s.dashboard.group_del(gid, server).await {
+            Ok(()) => notes.push(format!("removed {server} from group {gid}")),
+            // Codis changed under us (the fork's HA reordered the group, a promote started, someone removed it):
+            // the next round reads it again.
+            Err(e) if e.is_not_member() || e.is_promoting() || e.cause().is_some_and(is_reorder_refusal) => {
+                tracing::info!(gid, server, error = %e, "group changed; looking again");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::InProgress {
+        progress: format!("{server} is still in a group that keeps changing: {}", notes.join("; ")),
+    })
+}
+
+/// Codis' refusal to delete a master, seen when the fork promoted the leaving server after we read the group.
+fn is_reorder_refusal(cause: &str) -> bool {
+    cause.contains("can't remove master")
+}
+
+/// Slots the group owns or receives.
+fn owned_slots(stats: &Stats, gid: u32) -> usize {
+    stats.slots_of(gid).len() + stats.slots_targeting(gid).len()
 }

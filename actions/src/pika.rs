@@ -465,6 +465,7 @@ impl Pika {
     /// `SLAVEOF host port`. Only switches the state machine: poll [`Replication::link_up`], and persist with
     /// [`Pika::config_rewrite`]. Idempotent on pika when `host` is spelled as before.
     pub async fn slaveof(&self, host: &str, port: u16) -> Result<(), Error> {
+        crate::failpoint::step("SLAVEOF");
         tracing::debug!(pika = %self.addr, master = %join_host_port(host, port), "slaveof");
         let mut cmd = redis::cmd("SLAVEOF");
         cmd.arg(host).arg(port);
@@ -473,6 +474,7 @@ impl Pika {
 
     /// `SLAVEOF NO ONE` (a no-op on a master). Persist with [`Pika::config_rewrite`].
     pub async fn slaveof_no_one(&self) -> Result<(), Error> {
+        crate::failpoint::step("SLAVEOF NO ONE");
         tracing::debug!(pika = %self.addr, "slaveof no one");
         let mut cmd = redis::cmd("SLAVEOF");
         cmd.arg("NO").arg("ONE");
@@ -481,6 +483,7 @@ impl Pika {
 
     /// `CONFIG REWRITE`: the only way pika persists a replication change across restarts.
     pub async fn config_rewrite(&self) -> Result<(), Error> {
+        crate::failpoint::step("CONFIG REWRITE");
         tracing::debug!(pika = %self.addr, "config rewrite");
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("REWRITE");
@@ -503,6 +506,7 @@ impl Pika {
 
     /// `CONFIG SET key value`. The value is neither logged nor put in errors (it can be a password).
     pub async fn config_set(&self, key: &str, value: &str) -> Result<(), Error> {
+        crate::failpoint::step("CONFIG SET");
         tracing::debug!(pika = %self.addr, key, "config set");
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("SET").arg(key).arg(value);

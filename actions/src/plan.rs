@@ -26,28 +26,19 @@ impl SlotState {
     /// A slot that no group owns and nothing migrates.
     #[must_use]
     pub const fn offline() -> Self {
-        Self {
-            owner: None,
-            in_flight_target: None,
-        }
+        Self { owner: None, in_flight_target: None }
     }
 
     /// A slot owned by `gid` with no action.
     #[must_use]
     pub const fn owned(gid: u32) -> Self {
-        Self {
-            owner: Some(gid),
-            in_flight_target: None,
-        }
+        Self { owner: Some(gid), in_flight_target: None }
     }
 
     /// A slot owned by `owner` (or offline) with an action towards `target`.
     #[must_use]
     pub const fn migrating(owner: Option<u32>, target: u32) -> Self {
-        Self {
-            owner,
-            in_flight_target: Some(target),
-        }
+        Self { owner, in_flight_target: Some(target) }
     }
 
     /// The group the slot counts for: the action's target once the action finishes, else the owner.
@@ -186,9 +177,8 @@ pub enum PlanError {
 /// actions make a balanced outcome impossible until they finish ([`PlanError::InFlightToLeavingGroup`],
 /// [`PlanError::PinnedOverQuota`]).
 pub fn rebalance(slots: &[SlotState], targets: &[u32]) -> Result<Plan, PlanError> {
-    let tally = Tally::new(slots, targets)?;
-    let quota = tally.quotas()?;
-    let k = tally.gids.len();
+    let mut tally = Tally::new(slots, targets)?;
+    tally.set_quotas()?;
 
     // Donors: every slot of a non-target group, and each target group's excess, highest-numbered first.
     let mut outgoing: Vec<(u32, u32)> = Vec::new();
@@ -197,66 +187,38 @@ pub fn rebalance(slots: &[SlotState], targets: &[u32]) -> Result<Plan, PlanError
         busiest_donor = busiest_donor.max(owned.len());
         outgoing.extend(owned.iter().map(|&slot| (slot, gid)));
     }
-    for i in 0..k {
-        let surplus = tally.held[i].saturating_sub(quota[i]);
+    for t in &tally.targets {
+        let surplus = t.held.saturating_sub(t.quota);
         if surplus > 0 {
             busiest_donor = busiest_donor.max(surplus);
-            let movable = &tally.movable[i];
-            let first = movable.len().saturating_sub(surplus);
-            outgoing.extend(
-                movable
-                    .iter()
-                    .skip(first)
-                    .map(|&slot| (slot, tally.gids[i])),
-            );
+            let first = t.movable.len().saturating_sub(surplus);
+            outgoing.extend(t.movable.iter().skip(first).map(|&slot| (slot, t.gid)));
         }
     }
     outgoing.sort_unstable();
 
-    let deficits: Vec<usize> = (0..k)
-        .map(|i| quota[i].saturating_sub(tally.held[i]))
-        .collect();
+    let deficits: Vec<usize> = tally.targets.iter().map(|t| t.quota.saturating_sub(t.held)).collect();
     let from_offline = water_fill(&deficits, tally.offline.len());
 
+    // Receivers in ascending gid order take the offline slots, then the outgoing slots, both in ascending order.
     let mut offline = tally.offline.iter();
     let mut assign = Vec::with_capacity(tally.offline.len());
     let mut outgoing_iter = outgoing.iter();
     let mut moves = Vec::with_capacity(outgoing.len());
     let mut busiest_receiver = 0;
-    for i in 0..k {
-        let gid = tally.gids[i];
-        assign.extend(
-            offline
-                .by_ref()
-                .take(from_offline[i])
-                .map(|&slot| (slot, gid)),
-        );
-        let by_move = deficits[i] - from_offline[i];
+    for ((t, &deficit), &filled) in tally.targets.iter().zip(&deficits).zip(&from_offline) {
+        let to = t.gid;
+        assign.extend(offline.by_ref().take(filled).map(|&slot| (slot, to)));
+        let by_move = deficit.saturating_sub(filled);
         busiest_receiver = busiest_receiver.max(by_move);
-        moves.extend(
-            outgoing_iter
-                .by_ref()
-                .take(by_move)
-                .map(|&(slot, from)| Move {
-                    slot,
-                    from,
-                    to: gid,
-                }),
-        );
+        moves.extend(outgoing_iter.by_ref().take(by_move).map(|&(slot, from)| Move { slot, from, to }));
     }
     assign.sort_unstable();
     moves.sort_unstable();
 
     let (rounds, critical_path) = schedule(&moves);
-    let sizes = tally.gids.iter().copied().zip(quota).collect();
-    Ok(Plan {
-        assign,
-        moves,
-        rounds,
-        critical_path,
-        lower_bound: busiest_donor.max(busiest_receiver),
-        sizes,
-    })
+    let sizes = tally.targets.iter().map(|t| (t.gid, t.quota)).collect();
+    Ok(Plan { assign, moves, rounds, critical_path, lower_bound: busiest_donor.max(busiest_receiver), sizes })
 }
 
 /// Plans the removal of every slot from group `leaving`, balancing them (and everything else) over `remaining`.
@@ -299,18 +261,12 @@ impl Plan {
         let mut ranges: Vec<SlotRange> = Vec::new();
         for m in by_pair {
             if let Some(last) = ranges.last_mut() {
-                if last.from == m.from && last.to == m.to && last.end.checked_add(1) == Some(m.slot)
-                {
+                if last.from == m.from && last.to == m.to && last.end.checked_add(1) == Some(m.slot) {
                     last.end = m.slot;
                     continue;
                 }
             }
-            ranges.push(SlotRange {
-                from: m.from,
-                to: m.to,
-                beg: m.slot,
-                end: m.slot,
-            });
+            ranges.push(SlotRange { from: m.from, to: m.to, beg: m.slot, end: m.slot });
         }
         ranges.sort_unstable_by_key(|r| (r.beg, r.from, r.to));
         ranges
@@ -342,18 +298,27 @@ impl Plan {
 
 /// The slot table sorted by what each group holds.
 struct Tally {
-    /// Target gids, ascending; the index into the other vectors.
-    gids: Vec<u32>,
-    /// Slots counting for each target group, including arrivals by in-flight actions.
-    held: Vec<usize>,
-    /// Of those, the arrivals by in-flight actions, which cannot move again.
-    pinned: Vec<usize>,
-    /// Slots each target group owns without an action, ascending.
-    movable: Vec<Vec<u32>>,
+    /// The target groups, ascending by gid.
+    targets: Vec<Target>,
     /// Slots of groups outside the target set, ascending per group.
     leaving: BTreeMap<u32, Vec<u32>>,
     /// Offline slots without an action, ascending.
     offline: Vec<u32>,
+    /// All slots.
+    slots: usize,
+}
+
+/// One target group's part of the table.
+struct Target {
+    gid: u32,
+    /// Slots counting for the group, including arrivals by in-flight actions.
+    held: usize,
+    /// Of those, the arrivals by in-flight actions, which cannot move again.
+    pinned: usize,
+    /// Slots the group owns without an action, ascending.
+    movable: Vec<u32>,
+    /// Its balanced size, once [`Tally::set_quotas`] has run.
+    quota: usize,
 }
 
 impl Tally {
@@ -361,8 +326,7 @@ impl Tally {
         if slots.is_empty() {
             return Err(PlanError::NoSlots);
         }
-        let count = u32::try_from(slots.len())
-            .map_err(|_| PlanError::TooManySlots { count: slots.len() })?;
+        let count = u32::try_from(slots.len()).map_err(|_| PlanError::TooManySlots { count: slots.len() })?;
         if targets.is_empty() {
             return Err(PlanError::NoTargetGroup);
         }
@@ -374,29 +338,21 @@ impl Tally {
         if let Some(pair) = gids.windows(2).find(|w| w[0] == w[1]) {
             return Err(PlanError::DuplicateTarget { gid: pair[0] });
         }
-        let k = gids.len();
-        let mut tally = Self {
-            held: vec![0; k],
-            pinned: vec![0; k],
-            movable: vec![Vec::new(); k],
-            leaving: BTreeMap::new(),
-            offline: Vec::new(),
-            gids,
-        };
+        let targets = gids.into_iter().map(|gid| Target { gid, held: 0, pinned: 0, movable: Vec::new(), quota: 0 });
+        let mut tally =
+            Self { targets: targets.collect(), leaving: BTreeMap::new(), offline: Vec::new(), slots: slots.len() };
         for (slot, state) in (0..count).zip(slots) {
             match (state.in_flight_target, state.owner) {
                 (Some(0), _) | (_, Some(0)) => return Err(PlanError::ZeroGroupSlot { slot }),
                 (Some(gid), _) => {
-                    let i = tally
-                        .index(gid)
-                        .ok_or(PlanError::InFlightToLeavingGroup { slot, gid })?;
-                    tally.held[i] += 1;
-                    tally.pinned[i] += 1;
+                    let t = tally.target(gid).ok_or(PlanError::InFlightToLeavingGroup { slot, gid })?;
+                    t.held += 1;
+                    t.pinned += 1;
                 }
-                (None, Some(gid)) => match tally.index(gid) {
-                    Some(i) => {
-                        tally.held[i] += 1;
-                        tally.movable[i].push(slot);
+                (None, Some(gid)) => match tally.target(gid) {
+                    Some(t) => {
+                        t.held += 1;
+                        t.movable.push(slot);
                     }
                     None => tally.leaving.entry(gid).or_default().push(slot),
                 },
@@ -406,39 +362,27 @@ impl Tally {
         Ok(tally)
     }
 
-    fn index(&self, gid: u32) -> Option<usize> {
-        self.gids.binary_search(&gid).ok()
+    fn target(&mut self, gid: u32) -> Option<&mut Target> {
+        let i = self.targets.binary_search_by_key(&gid, |t| t.gid).ok()?;
+        self.targets.get_mut(i)
     }
 
-    /// The balanced size of each target group, chosen for the fewest moves and then the shortest critical path.
-    fn quotas(&self) -> Result<Vec<usize>, PlanError> {
-        let k = self.gids.len();
-        let n: usize = self.held.iter().sum::<usize>()
-            + self.leaving.values().map(Vec::len).sum::<usize>()
-            + self.offline.len();
-        let (q, r) = (n / k, n % k);
-        // Groups that in-flight actions already fill beyond q must get a q + 1 size; among groups holding the same
-        // number they come first, which costs nothing because the saving per larger size is the same.
-        let mut order: Vec<usize> = (0..k).collect();
-        order.sort_unstable_by_key(|&i| {
-            (
-                Reverse(self.pinned[i] > q),
-                Reverse(self.held[i]),
-                self.gids[i],
-            )
-        });
-        let mut quota = vec![q; k];
-        for &i in order.iter().take(r) {
-            quota[i] = q + 1;
+    /// Gives each target group its balanced size, chosen for the fewest moves and then the shortest critical path.
+    fn set_quotas(&mut self) -> Result<(), PlanError> {
+        let k = self.targets.len();
+        let (q, r) = (self.slots / k, self.slots % k);
+        // The r sizes of q + 1 go to the groups holding the most. Groups that in-flight actions already fill beyond
+        // q must get one; among groups holding the same number they come first, which costs nothing because the
+        // saving per larger size is the same.
+        let mut order: Vec<&mut Target> = self.targets.iter_mut().collect();
+        order.sort_unstable_by_key(|t| (Reverse(t.pinned > q), Reverse(t.held), t.gid));
+        for (rank, t) in order.iter_mut().enumerate() {
+            t.quota = q + usize::from(rank < r);
         }
-        if let Some(&i) = order.iter().find(|&&i| self.pinned[i] > quota[i]) {
-            return Err(PlanError::PinnedOverQuota {
-                gid: self.gids[i],
-                pinned: self.pinned[i],
-                quota: quota[i],
-            });
+        match order.iter().find(|t| t.pinned > t.quota) {
+            Some(t) => Err(PlanError::PinnedOverQuota { gid: t.gid, pinned: t.pinned, quota: t.quota }),
+            None => Ok(()),
         }
-        Ok(quota)
     }
 }
 
@@ -447,12 +391,7 @@ impl Tally {
 ///
 /// `supply` never exceeds the total deficit, because every slot ends in some target group.
 fn water_fill(deficits: &[usize], supply: usize) -> Vec<usize> {
-    let above = |level: usize| {
-        deficits
-            .iter()
-            .map(|&d| d.saturating_sub(level))
-            .sum::<usize>()
-    };
+    let above = |level: usize| deficits.iter().map(|&d| d.saturating_sub(level)).sum::<usize>();
     // The lowest level L such that filling every deficit down to L needs no more than the supply.
     let (mut low, mut high) = (0, deficits.iter().copied().max().unwrap_or(0));
     while low < high {
@@ -491,10 +430,7 @@ fn schedule(moves: &[Move]) -> (Vec<Vec<Move>>, usize) {
     gids.sort_unstable();
     gids.dedup();
     let vertex = |gid: u32| gids.binary_search(&gid).unwrap_or(0);
-    let ends: Vec<(usize, usize)> = moves
-        .iter()
-        .map(|m| (vertex(m.from), vertex(m.to)))
-        .collect();
+    let ends: Vec<(usize, usize)> = moves.iter().map(|m| (vertex(m.from), vertex(m.to))).collect();
     let mut degree = vec![0usize; gids.len()];
     for &(u, v) in &ends {
         degree[u] += 1;
@@ -529,9 +465,11 @@ fn schedule(moves: &[Move]) -> (Vec<Vec<Move>>, usize) {
                 table.set(x, colour[f], f);
                 table.set(y, colour[f], f);
             }
-            // Only the path's two ends changed which colours they use.
-            hint[v] = hint[v].min(a.min(b));
-            hint[at] = hint[at].min(a.min(b));
+            // Inner vertices keep both colours, and `v` trades `a` for `b` only to take `a` back below; only the far
+            // end really frees a colour (the one it had, not `want`). Lowering other hints would make busy groups
+            // rescan thousands of colours per edge.
+            let lost = if want == a { b } else { a };
+            hint[at] = hint[at].min(lost);
         }
         colour[e] = a;
         table.set(u, a, e);
@@ -559,19 +497,16 @@ impl Incidence {
 
     fn new(groups: usize, width: usize) -> Self {
         match groups.checked_mul(width) {
-            Some(cells) if cells <= Self::DENSE_CELLS => Self::Dense {
-                width,
-                cells: vec![0; cells],
-            },
+            Some(cells) if cells <= Self::DENSE_CELLS => Self::Dense { width, cells: vec![0; cells] },
             _ => Self::Sparse(HashMap::new()),
         }
     }
 
     fn get(&self, group: usize, colour: usize) -> Option<usize> {
         match self {
-            Self::Dense { width, cells } if colour < *width => cells
-                .get(group * width + colour)
-                .and_then(|&cell| cell.checked_sub(1)),
+            Self::Dense { width, cells } if colour < *width => {
+                cells.get(group * width + colour).and_then(|&cell| cell.checked_sub(1))
+            }
             Self::Dense { .. } => None,
             Self::Sparse(map) => map.get(&(group, colour)).copied(),
         }
@@ -613,6 +548,8 @@ impl Incidence {
 }
 
 /// What the switchover learned about one member of the group (Codis Stats and the member's `INFO replication`).
+// One flag per observed fact, so a refusal can name the exact check that failed.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberFacts {
     /// Pod name, e.g. `pika-shard-x7k-2`.
@@ -729,54 +666,30 @@ pub fn choose_new_master(
     rollout: Option<&RolloutFacts>,
 ) -> Result<Choice, ChoiceError> {
     if let Some(name) = candidate {
-        let refuse = |reason: &str| ChoiceError::BadCandidate {
-            pod: name.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let refuse = |reason: &str| ChoiceError::BadCandidate { pod: name.to_owned(), reason: reason.to_owned() };
         if name == current.pod {
             return Err(refuse("it is the current master"));
         }
-        let member = members
-            .iter()
-            .find(|m| m.pod == name)
-            .ok_or_else(|| refuse("not a member of the group"))?;
+        let member = members.iter().find(|m| m.pod == name).ok_or_else(|| refuse("not a member of the group"))?;
         if let Some(reason) = member.unfit_reason() {
             return Err(refuse(reason));
         }
-        return Ok(Choice {
-            pod: member.pod.clone(),
-            ordinal: member.ordinal,
-            basis: Basis::Candidate,
-        });
+        return Ok(Choice { pod: member.pod.clone(), ordinal: member.ordinal, basis: Basis::Candidate });
     }
     let others = members.iter().filter(|m| m.pod != current.pod);
-    let healthy: Vec<&MemberFacts> = others
-        .clone()
-        .filter(|m| m.unfit_reason().is_none())
-        .collect();
+    let healthy: Vec<&MemberFacts> = others.clone().filter(|m| m.unfit_reason().is_none()).collect();
     let best = healthy.iter().min_by_key(|m| {
         let stale = rollout.is_some_and(|r| !r.updated.contains(&m.pod));
         let lag = (m.lag.is_none(), m.lag.unwrap_or(0));
         // Above the master: highest first; below: lowest first, and every pod above ranks before every pod below.
-        let side = if m.ordinal > current.ordinal {
-            (0u8, u32::MAX - m.ordinal)
-        } else {
-            (1u8, m.ordinal)
-        };
+        let side = if m.ordinal > current.ordinal { (0u8, u32::MAX - m.ordinal) } else { (1u8, m.ordinal) };
         (stale, lag, side, m.pod.as_str())
     });
     match best {
-        Some(m) => Ok(Choice {
-            pod: m.pod.clone(),
-            ordinal: m.ordinal,
-            basis: Basis::Ranked {
-                healthy: healthy.len(),
-            },
-        }),
-        None => Err(ChoiceError::NoHealthyReplica {
-            current: current.pod.clone(),
-            members: others.count(),
-        }),
+        Some(m) => {
+            Ok(Choice { pod: m.pod.clone(), ordinal: m.ordinal, basis: Basis::Ranked { healthy: healthy.len() } })
+        }
+        None => Err(ChoiceError::NoHealthyReplica { current: current.pod.clone(), members: others.count() }),
     }
 }
 
@@ -793,7 +706,7 @@ mod tests {
         u32::try_from(7 * i + 3).unwrap()
     }
 
-    /// SplitMix64: expands one proptest seed into a whole slot table, which keeps 16384-slot cases cheap to draw.
+    /// `SplitMix64`: expands one proptest seed into a whole slot table, which keeps 16384-slot cases cheap to draw.
     struct Dice(u64);
 
     impl Dice {
@@ -861,19 +774,11 @@ mod tests {
     fn build(r: Recipe) -> Topology {
         let mut dice = Dice(r.seed);
         let universe: Vec<u32> = (0..r.groups).map(gid).collect();
-        let mut targets: Vec<u32> = universe
-            .iter()
-            .copied()
-            .filter(|_| dice.per_mille(600))
-            .collect();
+        let mut targets: Vec<u32> = universe.iter().copied().filter(|_| dice.per_mille(600)).collect();
         if targets.is_empty() {
             targets.push(dice.pick(&universe));
         }
-        let mut holders: Vec<u32> = universe
-            .iter()
-            .copied()
-            .filter(|_| dice.per_mille(700))
-            .collect();
+        let mut holders: Vec<u32> = universe.iter().copied().filter(|_| dice.per_mille(700)).collect();
         if holders.is_empty() {
             holders.push(dice.pick(&universe));
         }
@@ -890,9 +795,7 @@ mod tests {
             }
             Layout::Balanced => {
                 let (q, rem) = (n / holders.len(), n % holders.len());
-                let sizes: Vec<usize> = (0..holders.len())
-                    .map(|i| q + usize::from(i < rem))
-                    .collect();
+                let sizes: Vec<usize> = (0..holders.len()).map(|i| q + usize::from(i < rem)).collect();
                 contiguous(n, &holders, &sizes)
             }
             Layout::AllOffline => vec![None; n],
@@ -900,31 +803,16 @@ mod tests {
         let slots = owners
             .into_iter()
             .map(|owner| {
-                let owner = if dice.per_mille(r.offline_per_mille) {
-                    None
-                } else {
-                    owner
-                };
+                let owner = if dice.per_mille(r.offline_per_mille) { None } else { owner };
                 let in_flight_target = if dice.per_mille(r.in_flight_per_mille) {
-                    Some(if dice.per_mille(r.stray_per_mille) {
-                        dice.pick(&universe)
-                    } else {
-                        dice.pick(&targets)
-                    })
+                    Some(if dice.per_mille(r.stray_per_mille) { dice.pick(&universe) } else { dice.pick(&targets) })
                 } else {
                     None
                 };
-                SlotState {
-                    owner,
-                    in_flight_target,
-                }
+                SlotState { owner, in_flight_target }
             })
             .collect();
-        Topology {
-            slots,
-            targets,
-            universe,
-        }
+        Topology { slots, targets, universe }
     }
 
     /// Tables of up to `max_slots` slots, one case in eight at exactly that size when it is 16384.
@@ -948,17 +836,15 @@ mod tests {
             prop_oneof![3 => Just(0u32), 1 => 0u32..40],
             prop_oneof![3 => Just(0u32), 1 => 0u32..200],
         )
-            .prop_map(
-                |(groups, slots, seed, layout, offline, in_flight, stray)| Recipe {
-                    groups,
-                    slots,
-                    seed,
-                    layout,
-                    offline_per_mille: offline,
-                    in_flight_per_mille: in_flight,
-                    stray_per_mille: stray,
-                },
-            )
+            .prop_map(|(groups, slots, seed, layout, offline, in_flight, stray)| Recipe {
+                groups,
+                slots,
+                seed,
+                layout,
+                offline_per_mille: offline,
+                in_flight_per_mille: in_flight,
+                stray_per_mille: stray,
+            })
     }
 
     fn topology() -> impl Strategy<Value = Topology> {
@@ -977,13 +863,7 @@ mod tests {
 
     /// Without in-flight actions or offline slots: plans always exist.
     fn settled_topology() -> impl Strategy<Value = Topology> {
-        recipe(64, 16384).prop_map(|r| {
-            build(Recipe {
-                offline_per_mille: 0,
-                in_flight_per_mille: 0,
-                ..r
-            })
-        })
+        recipe(64, 16384).prop_map(|r| build(Recipe { offline_per_mille: 0, in_flight_per_mille: 0, ..r }))
     }
 
     // ---------------------------------------------------------------------------------------------------------------
@@ -998,12 +878,7 @@ mod tests {
     }
 
     fn counts(slots: &[SlotState]) -> Counts {
-        let mut c = Counts {
-            held: BTreeMap::new(),
-            pinned: BTreeMap::new(),
-            offline: 0,
-            n: slots.len(),
-        };
+        let mut c = Counts { held: BTreeMap::new(), pinned: BTreeMap::new(), offline: 0, n: slots.len() };
         for s in slots {
             match (s.owner, s.in_flight_target) {
                 (_, Some(t)) => {
@@ -1038,25 +913,16 @@ mod tests {
         let c = counts(slots);
         let k = targets.len();
         let (q, r) = (c.n / k, c.n % k);
-        let leaving: usize = c
-            .held
-            .iter()
-            .filter(|(g, _)| !targets.contains(g))
-            .map(|(_, &h)| h)
-            .sum();
-        let over_q1: usize = targets
-            .iter()
-            .map(|&g| get(&c.held, g).saturating_sub(q + 1))
-            .sum();
+        let leaving: usize = c.held.iter().filter(|(g, _)| !targets.contains(g)).map(|(_, &h)| h).sum();
+        let over_q1: usize = targets.iter().map(|&g| get(&c.held, g).saturating_sub(q + 1)).sum();
         let above_q = targets.iter().filter(|&&g| get(&c.held, g) > q).count();
         leaving + over_q1 + above_q.saturating_sub(r)
     }
 
     /// Lowest L such that offline slots can bring every receiver's migrations down to L.
     fn receiver_level(deficits: &[usize], offline: usize) -> usize {
-        (0..)
-            .find(|&l| deficits.iter().map(|&d| d.saturating_sub(l)).sum::<usize>() <= offline)
-            .unwrap()
+        let top = deficits.iter().copied().max().unwrap_or(0);
+        (0..=top).find(|&l| deficits.iter().map(|&d| d.saturating_sub(l)).sum::<usize>() <= offline).unwrap()
     }
 
     /// Tries every quota assignment: `(fewest moves, shortest critical path among plans with that many)`, or `None`
@@ -1069,37 +935,20 @@ mod tests {
         if c.pinned.keys().any(|g| !targets.contains(g)) {
             return None;
         }
-        let leaving: Vec<usize> = c
-            .held
-            .iter()
-            .filter(|(g, _)| !targets.contains(g))
-            .map(|(_, &h)| h)
-            .collect();
+        let leaving: Vec<usize> = c.held.iter().filter(|(g, _)| !targets.contains(g)).map(|(_, &h)| h).collect();
         let mut best: Option<(usize, usize)> = None;
         for mask in 0u32..(1 << k) {
             if mask.count_ones() as usize != r {
                 continue;
             }
-            let quota: Vec<usize> = (0..k)
-                .map(|i| q + usize::from(mask & (1 << i) != 0))
-                .collect();
-            if targets
-                .iter()
-                .zip(&quota)
-                .any(|(&g, &t)| get(&c.pinned, g) > t)
-            {
+            let quota: Vec<usize> = (0..k).map(|i| q + usize::from(mask & (1 << i) != 0)).collect();
+            if targets.iter().zip(&quota).any(|(&g, &t)| get(&c.pinned, g) > t) {
                 continue;
             }
-            let surplus: Vec<usize> = targets
-                .iter()
-                .zip(&quota)
-                .map(|(&g, &t)| get(&c.held, g).saturating_sub(t))
-                .collect();
-            let deficits: Vec<usize> = targets
-                .iter()
-                .zip(&quota)
-                .map(|(&g, &t)| t.saturating_sub(get(&c.held, g)))
-                .collect();
+            let surplus: Vec<usize> =
+                targets.iter().zip(&quota).map(|(&g, &t)| get(&c.held, g).saturating_sub(t)).collect();
+            let deficits: Vec<usize> =
+                targets.iter().zip(&quota).map(|(&g, &t)| t.saturating_sub(get(&c.held, g))).collect();
             let moves = leaving.iter().sum::<usize>() + surplus.iter().sum::<usize>();
             let donors = leaving.iter().chain(&surplus).copied().max().unwrap_or(0);
             let path = donors.max(receiver_level(&deficits, c.offline));
@@ -1115,12 +964,7 @@ mod tests {
         for &(slot, g) in &plan.assign {
             let s = slot as usize;
             prop_assert!(s < slots.len(), "assign of slot {} beyond the table", slot);
-            prop_assert_eq!(
-                slots[s],
-                SlotState::offline(),
-                "slot {} assigned but not offline",
-                slot
-            );
+            prop_assert_eq!(slots[s], SlotState::offline(), "slot {} assigned but not offline", slot);
             prop_assert!(!touched[s], "slot {} planned twice", slot);
             touched[s] = true;
             owner[s] = Some(g);
@@ -1128,17 +972,8 @@ mod tests {
         for m in &plan.moves {
             let s = m.slot as usize;
             prop_assert!(s < slots.len(), "move of slot {} beyond the table", m.slot);
-            prop_assert!(
-                slots[s].in_flight_target.is_none(),
-                "move {:?} touches a slot with an action",
-                m
-            );
-            prop_assert_eq!(
-                slots[s].owner,
-                Some(m.from),
-                "move {:?} does not start at the owner",
-                m
-            );
+            prop_assert!(slots[s].in_flight_target.is_none(), "move {:?} touches a slot with an action", m);
+            prop_assert_eq!(slots[s].owner, Some(m.from), "move {:?} does not start at the owner", m);
             prop_assert!(m.from != m.to, "move {:?} goes nowhere", m);
             prop_assert!(!touched[s], "slot {} planned twice", m.slot);
             touched[s] = true;
@@ -1152,17 +987,13 @@ mod tests {
     }
 
     /// Final sizes per target group, checking that every slot ended in one.
-    fn final_sizes(
-        slots: &[SlotState],
-        targets: &[u32],
-        plan: &Plan,
-    ) -> Result<BTreeMap<u32, usize>, TestCaseError> {
+    fn final_sizes(slots: &[SlotState], targets: &[u32], plan: &Plan) -> Result<BTreeMap<u32, usize>, TestCaseError> {
         let owners = apply(slots, plan)?;
         let mut sizes: BTreeMap<u32, usize> = targets.iter().map(|&g| (g, 0)).collect();
         for (s, g) in owners.into_iter().enumerate() {
-            let size = sizes.get_mut(&g).ok_or_else(|| {
-                TestCaseError::fail(format!("slot {s} ends in group {g}, not a target"))
-            })?;
+            let size = sizes
+                .get_mut(&g)
+                .ok_or_else(|| TestCaseError::fail(format!("slot {s} ends in group {g}, not a target")))?;
             *size += 1;
         }
         Ok(sizes)
@@ -1197,10 +1028,7 @@ mod tests {
     }
 
     fn balanced(sizes: &BTreeMap<u32, usize>) -> Result<(), TestCaseError> {
-        let (lo, hi) = (
-            sizes.values().min().copied().unwrap_or(0),
-            sizes.values().max().copied().unwrap_or(0),
-        );
+        let (lo, hi) = (sizes.values().min().copied().unwrap_or(0), sizes.values().max().copied().unwrap_or(0));
         prop_assert!(hi - lo <= 1, "sizes {:?} differ by more than one", sizes);
         Ok(())
     }
@@ -1283,8 +1111,10 @@ mod tests {
                 }
                 for (g, out) in moved {
                     let lowest = out.first().copied().unwrap_or(0);
-                    let kept_above: Vec<usize> = (0..t.slots.len())
-                        .filter(|&s| t.slots[s] == SlotState::owned(g) && s as u32 > lowest && !out.contains(&(s as u32)))
+                    let kept_above: Vec<u32> = (0u32..)
+                        .zip(&t.slots)
+                        .filter(|&(s, state)| *state == SlotState::owned(g) && s > lowest && !out.contains(&s))
+                        .map(|(s, _)| s)
                         .collect();
                     prop_assert!(kept_above.is_empty(), "group {} keeps {:?} above moved slot {}", g, kept_above, lowest);
                     if !t.targets.contains(&g) {
@@ -1453,20 +1283,10 @@ mod tests {
         let mut states = vec![SlotState::offline()];
         states.extend(groups.iter().map(|&g| SlotState::owned(g)));
         states.extend(
-            groups
-                .iter()
-                .zip(groups.iter().cycle().skip(1))
-                .map(|(&to, &from)| SlotState::migrating(Some(from), to)),
+            groups.iter().zip(groups.iter().cycle().skip(1)).map(|(&to, &from)| SlotState::migrating(Some(from), to)),
         );
         let target_sets: Vec<Vec<u32>> = (1u32..8)
-            .map(|mask| {
-                groups
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| mask & (1 << i) != 0)
-                    .map(|(_, &g)| g)
-                    .collect()
-            })
+            .map(|mask| groups.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, &g)| g).collect())
             .collect();
         let (mut planned, mut refused) = (0, 0);
         for n in 1..=5u32 {
@@ -1503,10 +1323,7 @@ mod tests {
         }
         // 7^1 + … + 7^5 tables × 7 target sets; about 42% of them can be balanced around their in-flight actions.
         assert_eq!(planned + refused, 19_607 * 7);
-        assert!(
-            planned > 50_000 && refused > 50_000,
-            "{planned} planned, {refused} refused"
-        );
+        assert!(planned > 50_000 && refused > 50_000, "{planned} planned, {refused} refused");
     }
 
     // ---------------------------------------------------------------------------------------------------------------
@@ -1517,54 +1334,29 @@ mod tests {
         let two = rebalance(&vec![SlotState::offline(); 1024], &[gid(1), gid(0)]).unwrap();
         assert!(two.moves.is_empty() && two.rounds.is_empty());
         assert_eq!((two.critical_path, two.lower_bound), (0, 0));
-        assert!(two
-            .assign
-            .iter()
-            .all(|&(s, g)| g == if s < 512 { gid(0) } else { gid(1) }));
-        let three =
-            rebalance(&vec![SlotState::offline(); 1024], &[gid(0), gid(1), gid(2)]).unwrap();
+        assert!(two.assign.iter().all(|&(s, g)| g == if s < 512 { gid(0) } else { gid(1) }));
+        let three = rebalance(&vec![SlotState::offline(); 1024], &[gid(0), gid(1), gid(2)]).unwrap();
         let owner = |s: u32| three.assign[s as usize].1;
         assert_eq!(
-            [
-                owner(0),
-                owner(341),
-                owner(342),
-                owner(682),
-                owner(683),
-                owner(1023)
-            ],
+            [owner(0), owner(341), owner(342), owner(682), owner(683), owner(1023)],
             [gid(0), gid(0), gid(1), gid(1), gid(2), gid(2)]
         );
     }
 
     #[test]
     fn adding_a_group_takes_the_top_of_each_donor_block_in_one_range_each() {
-        let slots: Vec<SlotState> = (0..1024)
-            .map(|s| SlotState::owned(if s < 512 { gid(0) } else { gid(1) }))
-            .collect();
+        let slots: Vec<SlotState> =
+            (0..1024).map(|s| SlotState::owned(if s < 512 { gid(0) } else { gid(1) })).collect();
         let plan = rebalance(&slots, &[gid(0), gid(1), gid(2)]).unwrap();
         assert_eq!(plan.moves.len(), 341);
         assert_eq!(
             plan.ranges(),
             [
-                SlotRange {
-                    from: gid(0),
-                    to: gid(2),
-                    beg: 342,
-                    end: 511
-                },
-                SlotRange {
-                    from: gid(1),
-                    to: gid(2),
-                    beg: 853,
-                    end: 1023
-                }
+                SlotRange { from: gid(0), to: gid(2), beg: 342, end: 511 },
+                SlotRange { from: gid(1), to: gid(2), beg: 853, end: 1023 }
             ]
         );
-        assert_eq!(
-            (plan.critical_path, plan.lower_bound, plan.rounds.len()),
-            (341, 341, 341)
-        );
+        assert_eq!((plan.critical_path, plan.lower_bound, plan.rounds.len()), (341, 341, 341));
     }
 
     #[test]
@@ -1575,29 +1367,18 @@ mod tests {
         let ranges = plan.ranges();
         assert_eq!(ranges.len(), 3);
         assert!(ranges.iter().all(|r| r.from == gid(0)));
-        assert_eq!(
-            ranges.iter().map(|r| r.to).collect::<Vec<_>>(),
-            [gid(1), gid(2), gid(3)]
-        );
-        assert_eq!(
-            plan.critical_path, 256,
-            "the leaving group sends one slot at a time"
-        );
+        assert_eq!(ranges.iter().map(|r| r.to).collect::<Vec<_>>(), [gid(1), gid(2), gid(3)]);
+        assert_eq!(plan.critical_path, 256, "the leaving group sends one slot at a time");
     }
 
     #[test]
     fn independent_pairs_migrate_in_the_same_round() {
         // Groups 0 and 1 each hold 3 too many; 2 and 3 each lack 3: two disjoint pairs, so 3 rounds, not 6.
         let sizes = [(gid(0), 7), (gid(1), 7), (gid(2), 1), (gid(3), 1)];
-        let slots: Vec<SlotState> = sizes
-            .iter()
-            .flat_map(|&(g, n)| std::iter::repeat(SlotState::owned(g)).take(n))
-            .collect();
+        let slots: Vec<SlotState> =
+            sizes.iter().flat_map(|&(g, n)| std::iter::repeat(SlotState::owned(g)).take(n)).collect();
         let plan = rebalance(&slots, &[gid(0), gid(1), gid(2), gid(3)]).unwrap();
-        assert_eq!(
-            (plan.moves.len(), plan.critical_path, plan.rounds.len()),
-            (6, 3, 3)
-        );
+        assert_eq!((plan.moves.len(), plan.critical_path, plan.rounds.len()), (6, 3, 3));
         assert!(plan.rounds.iter().all(|r| r.len() == 2));
     }
 
@@ -1623,10 +1404,7 @@ mod tests {
         let slots: Vec<SlotState> = (0..n).map(|s| SlotState::owned(gid(s + 1))).collect();
         assert!((n + 1) * n > Incidence::DENSE_CELLS);
         let plan = rebalance(&slots, &[gid(0)]).unwrap();
-        assert_eq!(
-            (plan.moves.len(), plan.critical_path, plan.rounds.len()),
-            (n, n, n)
-        );
+        assert_eq!((plan.moves.len(), plan.critical_path, plan.rounds.len()), (n, n, n));
         check_rounds(&plan).unwrap();
     }
 
@@ -1635,40 +1413,22 @@ mod tests {
         let one = [SlotState::owned(gid(0))];
         assert_eq!(rebalance(&[], &[gid(0)]), Err(PlanError::NoSlots));
         assert_eq!(rebalance(&one, &[]), Err(PlanError::NoTargetGroup));
-        assert_eq!(
-            rebalance(&one, &[]).unwrap_err().to_string(),
-            "no group to hold slots"
-        );
+        assert_eq!(rebalance(&one, &[]).unwrap_err().to_string(), "no group to hold slots");
         assert_eq!(rebalance(&one, &[gid(0), 0]), Err(PlanError::ZeroTarget));
-        assert_eq!(
-            rebalance(&one, &[gid(1), gid(0), gid(1)]),
-            Err(PlanError::DuplicateTarget { gid: gid(1) })
-        );
-        assert_eq!(
-            rebalance(&[SlotState::owned(0)], &[gid(0)]),
-            Err(PlanError::ZeroGroupSlot { slot: 0 })
-        );
-        assert_eq!(
-            drain(&one, gid(0), &[gid(0), gid(1)]),
-            Err(PlanError::LeavingGroupRemains { gid: gid(0) })
-        );
+        assert_eq!(rebalance(&one, &[gid(1), gid(0), gid(1)]), Err(PlanError::DuplicateTarget { gid: gid(1) }));
+        assert_eq!(rebalance(&[SlotState::owned(0)], &[gid(0)]), Err(PlanError::ZeroGroupSlot { slot: 0 }));
+        assert_eq!(drain(&one, gid(0), &[gid(0), gid(1)]), Err(PlanError::LeavingGroupRemains { gid: gid(0) }));
     }
 
     #[test]
     fn a_slot_migrating_into_the_leaving_group_blocks_the_drain() {
-        let slots = [
-            SlotState::owned(gid(1)),
-            SlotState::migrating(Some(gid(1)), gid(0)),
-        ];
+        let slots = [SlotState::owned(gid(1)), SlotState::migrating(Some(gid(1)), gid(0))];
         let err = drain(&slots, gid(0), &[gid(1)]).unwrap_err();
+        assert_eq!(err, PlanError::InFlightToLeavingGroup { slot: 1, gid: gid(0) });
         assert_eq!(
-            err,
-            PlanError::InFlightToLeavingGroup {
-                slot: 1,
-                gid: gid(0)
-            }
+            err.to_string(),
+            "slot 1 is migrating to group 3, which must end with no slots; wait for the action or remove it"
         );
-        assert_eq!(err.to_string(), "slot 1 is migrating to group 3, which must end with no slots; wait for the action or remove it");
     }
 
     #[test]
@@ -1678,32 +1438,18 @@ mod tests {
         let slots: Vec<SlotState> = to(gid(0), 3).chain([SlotState::offline()]).collect();
         assert_eq!(
             rebalance(&slots, &[gid(0), gid(1)]),
-            Err(PlanError::PinnedOverQuota {
-                gid: gid(0),
-                pinned: 3,
-                quota: 2
-            })
+            Err(PlanError::PinnedOverQuota { gid: gid(0), pinned: 3, quota: 2 })
         );
         // 7 slots over 3 groups: only one may hold 3, so the second (by gid) is refused.
-        let slots: Vec<SlotState> = to(gid(0), 3)
-            .chain(to(gid(1), 3))
-            .chain([SlotState::offline()])
-            .collect();
+        let slots: Vec<SlotState> = to(gid(0), 3).chain(to(gid(1), 3)).chain([SlotState::offline()]).collect();
         let err = rebalance(&slots, &[gid(0), gid(1), gid(2)]).unwrap_err();
+        assert_eq!(err, PlanError::PinnedOverQuota { gid: gid(1), pinned: 3, quota: 2 });
         assert_eq!(
-            err,
-            PlanError::PinnedOverQuota {
-                gid: gid(1),
-                pinned: 3,
-                quota: 2
-            }
+            err.to_string(),
+            "group 10 is owed 3 slots by in-flight actions, more than its share of 2; wait for them"
         );
-        assert_eq!(err.to_string(), "group 10 is owed 3 slots by in-flight actions, more than its share of 2; wait for them");
         // At the share exactly, the plan goes ahead around them.
-        let slots: Vec<SlotState> = to(gid(0), 3)
-            .chain(to(gid(1), 2))
-            .chain([SlotState::offline(); 2])
-            .collect();
+        let slots: Vec<SlotState> = to(gid(0), 3).chain(to(gid(1), 2)).chain([SlotState::offline(); 2]).collect();
         let plan = rebalance(&slots, &[gid(0), gid(1), gid(2)]).unwrap();
         assert_eq!(plan.assign, [(5, gid(2)), (6, gid(2))]);
     }
@@ -1730,12 +1476,7 @@ mod tests {
     }
 
     fn master(ordinal: u32) -> MemberFacts {
-        MemberFacts {
-            role_slave: false,
-            follows_current: false,
-            link_up: false,
-            ..healthy(ordinal)
-        }
+        MemberFacts { role_slave: false, follows_current: false, link_up: false, ..healthy(ordinal) }
     }
 
     fn member(ordinal: u32) -> impl Strategy<Value = MemberFacts> {
@@ -1750,15 +1491,7 @@ mod tests {
             flag(),
         )
             .prop_map(
-                move |(
-                    reachable,
-                    role_slave,
-                    follows_current,
-                    link_up,
-                    eligible,
-                    lag,
-                    codis_state_ok,
-                )| MemberFacts {
+                move |(reachable, role_slave, follows_current, link_up, eligible, lag, codis_state_ok)| MemberFacts {
                     pod: pod(ordinal),
                     ordinal,
                     reachable,
@@ -1781,18 +1514,10 @@ mod tests {
     }
 
     fn group() -> impl Strategy<Value = Group> {
-        (
-            prop::sample::subsequence((0u32..12).collect::<Vec<_>>(), 1..=7),
-            any::<prop::sample::Index>(),
-        )
+        (prop::sample::subsequence((0u32..12).collect::<Vec<_>>(), 1..=7), any::<prop::sample::Index>())
             .prop_flat_map(|(ordinals, at)| {
                 let x = ordinals[at.index(ordinals.len())];
-                let others: Vec<_> = ordinals
-                    .iter()
-                    .copied()
-                    .filter(|&o| o != x)
-                    .map(member)
-                    .collect();
+                let others: Vec<_> = ordinals.iter().copied().filter(|&o| o != x).map(member).collect();
                 let names: Vec<String> = ordinals.iter().map(|&o| pod(o)).collect();
                 (
                     Just(master(x)),
@@ -1811,25 +1536,13 @@ mod tests {
                 if listed {
                     members.push(current.clone());
                 }
-                let rollout = updated.map(|u| RolloutFacts {
-                    updated: u.into_iter().collect(),
-                });
-                Group {
-                    current,
-                    members,
-                    candidate,
-                    rollout,
-                }
+                let rollout = updated.map(|u| RolloutFacts { updated: u.into_iter().collect() });
+                Group { current, members, candidate, rollout }
             })
     }
 
     /// The ranking of the doc comment as a pairwise rule: does `a` rank strictly before `b`?
-    fn ranks_before(
-        a: &MemberFacts,
-        b: &MemberFacts,
-        x: u32,
-        rollout: Option<&RolloutFacts>,
-    ) -> bool {
+    fn ranks_before(a: &MemberFacts, b: &MemberFacts, x: u32, rollout: Option<&RolloutFacts>) -> bool {
         if let Some(r) = rollout {
             let (ua, ub) = (r.updated.contains(&a.pod), r.updated.contains(&b.pod));
             if ua != ub {
@@ -1847,22 +1560,13 @@ mod tests {
             return above_a;
         }
         if a.ordinal != b.ordinal {
-            return if above_a {
-                a.ordinal > b.ordinal
-            } else {
-                a.ordinal < b.ordinal
-            };
+            return if above_a { a.ordinal > b.ordinal } else { a.ordinal < b.ordinal };
         }
         a.pod < b.pod
     }
 
     fn is_healthy(m: &MemberFacts) -> bool {
-        m.reachable
-            && m.role_slave
-            && m.follows_current
-            && m.link_up
-            && m.eligible != Some(false)
-            && m.codis_state_ok
+        m.reachable && m.role_slave && m.follows_current && m.link_up && m.eligible != Some(false) && m.codis_state_ok
     }
 
     proptest! {
@@ -1920,55 +1624,28 @@ mod tests {
 
     #[test]
     fn a_candidate_is_refused_for_each_failed_check_with_its_reason() {
+        type Spoil = fn(&mut MemberFacts);
         let current = master(0);
-        let cases: [(fn(&mut MemberFacts), &str); 6] = [
+        let cases: [(Spoil, &str); 6] = [
             (|m| m.reachable = false, "not reachable"),
             (|m| m.role_slave = false, "not a slave"),
-            (
-                |m| m.follows_current = false,
-                "does not replicate the current master",
-            ),
+            (|m| m.follows_current = false, "does not replicate the current master"),
             (|m| m.link_up = false, "replication link is down"),
-            (
-                |m| m.eligible = Some(false),
-                "not eligible for master election",
-            ),
-            (
-                |m| m.codis_state_ok = false,
-                "codis reports the server unhealthy",
-            ),
+            (|m| m.eligible = Some(false), "not eligible for master election"),
+            (|m| m.codis_state_ok = false, "codis reports the server unhealthy"),
         ];
         for (spoil, reason) in cases {
             let mut bad = healthy(1);
             spoil(&mut bad);
-            let err = choose_new_master(
-                &current,
-                &[current.clone(), bad, healthy(2)],
-                Some(&pod(1)),
-                None,
-            )
-            .unwrap_err();
-            assert_eq!(
-                err.to_string(),
-                format!("candidate {} cannot become master: {reason}", pod(1))
-            );
+            let err =
+                choose_new_master(&current, &[current.clone(), bad, healthy(2)], Some(&pod(1)), None).unwrap_err();
+            assert_eq!(err.to_string(), format!("candidate {} cannot become master: {reason}", pod(1)));
         }
         let err = choose_new_master(&current, &[healthy(1)], Some(&pod(0)), None).unwrap_err();
+        assert_eq!(err.to_string(), format!("candidate {} cannot become master: it is the current master", pod(0)));
+        let unknown = MemberFacts { eligible: None, ..healthy(1) };
         assert_eq!(
-            err.to_string(),
-            format!(
-                "candidate {} cannot become master: it is the current master",
-                pod(0)
-            )
-        );
-        let unknown = MemberFacts {
-            eligible: None,
-            ..healthy(1)
-        };
-        assert_eq!(
-            choose_new_master(&current, &[unknown], Some(&pod(1)), None)
-                .unwrap()
-                .pod,
+            choose_new_master(&current, &[unknown], Some(&pod(1)), None).unwrap().pod,
             pod(1),
             "eligibility unknown is fine"
         );
@@ -1977,72 +1654,25 @@ mod tests {
     #[test]
     fn the_ordinal_rule_picks_the_highest_above_else_the_lowest_below() {
         let members = [healthy(0), healthy(1), master(2), healthy(3), healthy(4)];
-        assert_eq!(
-            choose_new_master(&master(2), &members, None, None)
-                .unwrap()
-                .ordinal,
-            4
-        );
+        assert_eq!(choose_new_master(&master(2), &members, None, None).unwrap().ordinal, 4);
         let members = [healthy(0), healthy(1), healthy(2), master(4)];
+        assert_eq!(choose_new_master(&master(4), &members, None, None).unwrap().ordinal, 0);
+        let lagging = [MemberFacts { lag: Some(9), ..healthy(4) }, healthy(0), MemberFacts { lag: None, ..healthy(3) }];
+        assert_eq!(choose_new_master(&master(2), &lagging, None, None).unwrap().ordinal, 0, "lag before ordinal");
+        let rollout = RolloutFacts { updated: [pod(4)].into() };
         assert_eq!(
-            choose_new_master(&master(4), &members, None, None)
-                .unwrap()
-                .ordinal,
-            0
-        );
-        let lagging = [
-            MemberFacts {
-                lag: Some(9),
-                ..healthy(4)
-            },
-            healthy(0),
-            MemberFacts {
-                lag: None,
-                ..healthy(3)
-            },
-        ];
-        assert_eq!(
-            choose_new_master(&master(2), &lagging, None, None)
-                .unwrap()
-                .ordinal,
-            0,
-            "lag before ordinal"
-        );
-        let rollout = RolloutFacts {
-            updated: [pod(4)].into(),
-        };
-        assert_eq!(
-            choose_new_master(&master(2), &lagging, None, Some(&rollout))
-                .unwrap()
-                .ordinal,
+            choose_new_master(&master(2), &lagging, None, Some(&rollout)).unwrap().ordinal,
             4,
             "updated before lag"
         );
-        let err = choose_new_master(
-            &master(2),
-            &[
-                master(2),
-                MemberFacts {
-                    link_up: false,
-                    ..healthy(1)
-                },
-            ],
-            None,
-            None,
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "no healthy replica of {} to promote among 1 other members",
-                pod(2)
-            )
-        );
+        let err = choose_new_master(&master(2), &[master(2), MemberFacts { link_up: false, ..healthy(1) }], None, None)
+            .unwrap_err();
+        assert_eq!(err.to_string(), format!("no healthy replica of {} to promote among 1 other members", pod(2)));
     }
 
     #[derive(Debug, Clone)]
     enum Order {
-        /// KubeBlocks with role priorities: replicas by descending ordinal, the master last, re-evaluated each step.
+        /// Role priorities as `KubeBlocks` applies them: replicas by descending ordinal, the master last, re-evaluated each step.
         RoleThenOrdinal,
         /// A StatefulSet-style rollout, highest ordinal first.
         OrdinalDescending,
@@ -2052,13 +1682,7 @@ mod tests {
 
     /// Restarts pods 0..=k of one group with the master at `x`, calling the switchover whenever the pod about to
     /// restart is master; returns how many times the master moved.
-    fn rollout_transfers(
-        k: u32,
-        x: u32,
-        order: &Order,
-        with_facts: bool,
-        lags: &[Option<u64>],
-    ) -> usize {
+    fn rollout_transfers(k: u32, x: u32, order: &Order, with_facts: bool, lags: &[Option<u64>]) -> usize {
         let mut master_at = x;
         let mut pending: BTreeSet<u32> = (0..=k).collect();
         let mut updated = RolloutFacts::default();
@@ -2066,35 +1690,23 @@ mod tests {
         let mut step = 0;
         while !pending.is_empty() {
             let next = match order {
-                Order::RoleThenOrdinal => pending
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|&o| o != master_at)
-                    .unwrap_or(master_at),
+                Order::RoleThenOrdinal => pending.iter().rev().copied().find(|&o| o != master_at).unwrap_or(master_at),
                 Order::OrdinalDescending => pending.iter().next_back().copied().unwrap(),
                 Order::Fixed(o) => o[step],
             };
             if next == master_at {
-                let members: Vec<MemberFacts> = (0..=k)
-                    .map(|o| {
-                        if o == master_at {
-                            master(o)
-                        } else {
-                            MemberFacts {
-                                lag: lags[o as usize],
-                                ..healthy(o)
+                let members: Vec<MemberFacts> =
+                    (0..=k)
+                        .map(|o| {
+                            if o == master_at {
+                                master(o)
+                            } else {
+                                MemberFacts { lag: lags[o as usize], ..healthy(o) }
                             }
-                        }
-                    })
-                    .collect();
-                let choice = choose_new_master(
-                    &master(master_at),
-                    &members,
-                    None,
-                    with_facts.then_some(&updated),
-                )
-                .unwrap();
+                        })
+                        .collect();
+                let choice =
+                    choose_new_master(&master(master_at), &members, None, with_facts.then_some(&updated)).unwrap();
                 assert_ne!(choice.ordinal, master_at);
                 master_at = choice.ordinal;
                 transfers += 1;
@@ -2112,11 +1724,7 @@ mod tests {
             for x in 0..=k {
                 for with_facts in [true, false] {
                     let lags = vec![Some(0); k as usize + 1];
-                    assert_eq!(
-                        rollout_transfers(k, x, &Order::RoleThenOrdinal, with_facts, &lags),
-                        1,
-                        "k={k} x={x}"
-                    );
+                    assert_eq!(rollout_transfers(k, x, &Order::RoleThenOrdinal, with_facts, &lags), 1, "k={k} x={x}");
                 }
             }
         }
@@ -2126,9 +1734,8 @@ mod tests {
     fn an_ordinal_descending_restart_without_rollout_facts_matches_strategy_b() {
         for k in 1..=4u32 {
             let lags = vec![Some(0); k as usize + 1];
-            let counts: Vec<usize> = (0..=k)
-                .map(|x| rollout_transfers(k, x, &Order::OrdinalDescending, false, &lags))
-                .collect();
+            let counts: Vec<usize> =
+                (0..=k).map(|x| rollout_transfers(k, x, &Order::OrdinalDescending, false, &lags)).collect();
             eprintln!("ordinal-descending rollout, k={k}: transfers by master ordinal 0..={k}: {counts:?}");
             for (x, &count) in (0..=k).zip(&counts) {
                 assert_eq!(count, if x < k { 1 } else { 2 }, "k={k} x={x}");

@@ -75,6 +75,7 @@ builtin!(
     "switchover.tera",
     "role-probe.tera",
     "rejoin.tera",
+    "topology.tera",
     "common.tera",
 );
 

@@ -85,6 +85,9 @@ names! {
     KB_SWITCHOVER_CANDIDATE_NAME,
     /// switchover (OpsRequest only): the requested new master's FQDN.
     KB_SWITCHOVER_CANDIDATE_FQDN,
+    /// Plain-http URL of a Kubernetes API proxy (`kubectl proxy`, tests) used instead of the in-cluster service
+    /// account to read rollout facts.
+    KUBE_API_URL,
 }
 
 /// Variables whose values are secrets: never rendered into events, never logged.
@@ -257,6 +260,16 @@ group!(
         kb_switchover_candidate_name => KB_SWITCHOVER_CANDIDATE_NAME;
         /// OpsRequest only: its FQDN
         kb_switchover_candidate_fqdn => KB_SWITCHOVER_CANDIDATE_FQDN;
+    }
+);
+
+group!(
+    /// Where the Kubernetes API is, when not the in-cluster one.
+    KubeVars ("Kubernetes") {
+        /// plain-http URL of a Kubernetes API proxy such as `kubectl proxy` (e.g. `http://127.0.0.1:8001`), read
+        /// instead of the pod's service account; unauthenticated, so never point it at a real API server's port.
+        /// Unset: the in-cluster API when the pod has one, else none (the ordinal rule decides)
+        kube_api_url => KUBE_API_URL;
     }
 );
 

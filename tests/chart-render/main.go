@@ -5,7 +5,8 @@
 // It implements the part of Helm the charts of this repository use, and fails loudly on anything else:
 //
 //   - Chart.yaml and values.yaml, coalesced with -f/--values files and --set/--set-string (later wins, maps merge,
-//     null deletes a key);
+//     null deletes a key), then checked against values.schema.json when the chart has one (xeipuuv/gojsonschema,
+//     the validator Helm 3 uses, with Helm's error message);
 //   - .Values, .Chart (the Chart.yaml metadata with Helm's field names), .Release (Name, Namespace, Service,
 //     IsInstall, IsUpgrade, Revision), .Capabilities (KubeVersion, APIVersions.Has), .Template (Name, BasePath) and
 //     .Files (Get, GetBytes, Glob, Lines, AsConfig, AsSecrets) over the chart's non-template files;
@@ -38,6 +39,7 @@ import (
 	"text/template"
 
 	"github.com/Masterminds/sprig"
+	"github.com/xeipuuv/gojsonschema"
 	"sigs.k8s.io/yaml"
 )
 
@@ -223,6 +225,7 @@ func required(warn string, val interface{}) (interface{}, error) {
 type Chart struct {
 	Dir       string
 	Meta      Metadata
+	Schema    []byte
 	Values    map[string]interface{}
 	Templates map[string]string // "<chart>/templates/<rel>" -> source
 	Files     Files
@@ -277,7 +280,9 @@ func loadChart(dir string) (*Chart, error) {
 		switch {
 		case strings.HasPrefix(rel, "templates/"):
 			c.Templates[c.Meta.Name+"/"+rel] = string(data)
-		case rel == "Chart.yaml" || rel == "values.yaml" || rel == "values.schema.json":
+		case rel == "values.schema.json":
+			c.Schema = data
+		case rel == "Chart.yaml" || rel == "values.yaml":
 		default:
 			c.Files[rel] = data
 		}
@@ -375,6 +380,29 @@ func setValue(values map[string]interface{}, assignment string, asString bool) e
 		m[last] = val
 	}
 	return nil
+}
+
+// validateValues checks the final values against the chart's values.schema.json, as Helm does before rendering.
+func validateValues(c *Chart, values map[string]interface{}) error {
+	if len(c.Schema) == 0 {
+		return nil
+	}
+	doc, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
+	result, err := gojsonschema.Validate(gojsonschema.NewBytesLoader(c.Schema), gojsonschema.NewBytesLoader(doc))
+	if err != nil {
+		return fmt.Errorf("%s: values.schema.json: %w", c.Meta.Name, err)
+	}
+	if result.Valid() {
+		return nil
+	}
+	var b strings.Builder
+	for _, e := range result.Errors() {
+		fmt.Fprintf(&b, "- %s\n", e)
+	}
+	return fmt.Errorf("values don't meet the specifications of the schema(s) in the following chart(s):\n%s:\n%s", c.Meta.Name, b.String())
 }
 
 // Engine renders one chart's templates.
@@ -614,6 +642,9 @@ func run(args []string) error {
 		if err := setValue(values, s, true); err != nil {
 			return err
 		}
+	}
+	if err := validateValues(chart, values); err != nil {
+		return err
 	}
 	release := map[string]interface{}{
 		"Name":      *name,

@@ -1,0 +1,735 @@
+//! The fenced master transfer that `switchover` and `member-leave` share: choose a new master, write it down as the
+//! group's expected master in etcd, promote it through Codis, re-point every other member, and confirm.
+//!
+//! The algorithm is reference/primary-transfer.md §7.3 with PD's lessons (§3) applied to a Codis group:
+//!
+//! 1. Everything happens under the cluster's topology lock ([`Session::lock_topology`]), so transfers never
+//!    interleave with each other nor with registrations and drains.
+//! 2. **The fence** `<cluster prefix>/fence/<gid>` names the member being promoted. It is written *before* the promote
+//!    (compare-and-put on the value read, so a fence that changed under us stops the transfer with nothing done),
+//!    compared again right before acting, bound to a [`FENCE_TTL`] lease so a failed transfer never blocks the group,
+//!    and deleted (only if it still names our target) once the group has converged. A run that finds a fence left by a
+//!    crashed run adopts its target while that member is still fit, so a crash at any step followed by a rerun — or a
+//!    lock holder that stalled and was replaced — promotes the same member, never a second one.
+//! 3. A promote left half done (`promoting` not empty) is resumed with the same address before anything else.
+//! 4. Codis's promote touches only the new master (codis-dashboard-api.md §8), so [`converge`] makes every other
+//!    member follow Codis's `servers[0]`: plain replicas first, then any node that still has replicas of its own (the
+//!    old master) once its `connected_slaves` is 0, because pika refuses SLAVEOF on a node with replicas
+//!    (pika.md §3). That wait is a real, bounded step.
+//! 5. The group is re-read before every step: Pika's Codis fork may fail a master over and reorder the servers by
+//!    itself at any time.
+//!
+//! Between the promote and the old master's demotion both report `role:master` (pika gives no other order); Codis
+//! routes to `servers[0]` only, so that window never has two masters that receive writes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::cluster::{Session, CALL_TIMEOUT, POLL};
+use crate::codis::{Group, Stats};
+use crate::error::{Error, Result};
+use crate::etcd::{Entry, LockGuard};
+use crate::pika::{self, Pika, Replication};
+use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
+
+/// How long a fence outlives the run that wrote it: long enough for one transfer, short enough that a failed one
+/// never blocks the group for long.
+pub const FENCE_TTL: Duration = Duration::from_secs(30);
+/// Longest wait for a demoted master to lose its replicas (and for other refusals to clear) in one run.
+pub const DEMOTE_WAIT: Duration = Duration::from_secs(15);
+/// How often a node waiting to be demoted is asked whether it still has replicas.
+const DEMOTE_POLL: Duration = Duration::from_millis(10);
+/// Longest wait for the new master to catch up before the promote; the promote goes ahead afterwards regardless
+/// (proxies hold requests while Codis promotes, so this only narrows the window of unreplicated writes).
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(3);
+
+/// The etcd key of group `gid`'s fence: `<cluster prefix>/fence/<gid>`.
+#[must_use]
+pub fn fence_key(prefix: &str, gid: u32) -> String {
+    format!("{}/fence/{gid}", prefix.trim_end_matches('/'))
+}
+
+/// The pod name of a registered server `<pod fqdn>:<port>` (its first DNS label).
+#[must_use]
+pub fn pod_name(server: &str) -> &str {
+    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+    host.split('.').next().unwrap_or(host)
+}
+
+/// The ordinal of a registered server's pod (the number after the pod name's last `-`).
+#[must_use]
+pub fn ordinal(server: &str) -> Option<u32> {
+    pod_name(server).rsplit_once('-').and_then(|(_, n)| n.parse().ok())
+}
+
+// ---- what to do with one member ----------------------------------------------------------------------------------
+
+/// What [`converge`] does with one member, given its `INFO replication` and the master's dial address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberStep {
+    /// It already replicates the master (the link may still be syncing).
+    Follows,
+    /// It must be pointed at the master now.
+    Repoint,
+    /// It must follow the master but still has this many replicas of its own: pika would refuse SLAVEOF
+    /// (`already master of others`), so its replicas are re-pointed first and this one waits.
+    WaitForReplicas(u32),
+}
+
+/// Decides [`MemberStep`] for a member whose `INFO replication` reads `info`.
+#[must_use]
+pub fn member_step(info: &Replication, master_host: &str, master_port: u16) -> MemberStep {
+    if info.follows(master_host, master_port) {
+        MemberStep::Follows
+    } else if info.connected_slaves > 0 {
+        MemberStep::WaitForReplicas(info.connected_slaves)
+    } else {
+        MemberStep::Repoint
+    }
+}
+
+/// Whether a SLAVEOF failed for a reason that clears by itself once the node loses its replicas or finishes a
+/// replication state change (pika.md §3), rather than for good.
+#[must_use]
+pub fn is_transient_refusal(err: &pika::Error) -> bool {
+    match err {
+        pika::Error::Command { message, .. } => {
+            message.contains("already master of others") || message.contains("not in correct state for slaveof")
+        }
+        _ => false,
+    }
+}
+
+// ---- surveying a group --------------------------------------------------------------------------------------------
+
+/// `INFO replication` of each of `servers`, asked concurrently (a dead pod costs one timeout, not one per member);
+/// an error text for those that could not be asked.
+pub async fn survey(s: &Session<'_>, servers: &[String]) -> BTreeMap<String, Result<Replication, String>> {
+    let timeout = s.ctx.budget.cap(CALL_TIMEOUT);
+    let mut tasks = tokio::task::JoinSet::new();
+    for server in servers {
+        let server = server.clone();
+        let dial = s.dial(&server).map_err(|e| e.one_line());
+        let password = s.ctx.secrets.pika_password.clone();
+        tasks.spawn(async move {
+            let info = match dial {
+                Err(e) => Err(e),
+                Ok((host, port)) => match Pika::connect(&host, port, password.as_deref(), timeout).await {
+                    Ok(conn) => conn.info_replication().await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+            };
+            (server, info)
+        });
+    }
+    let mut out = BTreeMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((server, info)) = joined {
+            out.insert(server, info);
+        }
+    }
+    out
+}
+
+/// The facts [`plan::choose_new_master`] ranks, for the master `from` and every other member of `group`.
+///
+/// A replica's lag is the master's offset minus its own. When the master cannot be asked (a member-leave of a dead
+/// pod), no replica's link can be up, so the link is not required and the lag is measured from the most advanced
+/// replica instead: the one with the most data is the one to promote.
+#[must_use]
+pub fn member_facts(
+    group: &Group,
+    from: &str,
+    master_dial: (&str, u16),
+    infos: &BTreeMap<String, Result<Replication, String>>,
+) -> (MemberFacts, Vec<MemberFacts>) {
+    let master_info = infos.get(from).and_then(|r| r.as_ref().ok());
+    let master_down = master_info.is_none();
+    let others: Vec<&str> =
+        group.servers.iter().map(|gs| gs.server.as_str()).filter(|srv| !srv.eq_ignore_ascii_case(from)).collect();
+    let best = others.iter().filter_map(|srv| infos.get(*srv)?.as_ref().ok()?.offset).max();
+    let reference = if master_down { best } else { master_info.and_then(|i| i.offset) };
+    let facts = |srv: &str| {
+        let info = infos.get(srv).and_then(|r| r.as_ref().ok());
+        let state_ok = group.server(srv).is_none_or(|gs| gs.state.unwrap_or(0) == 0);
+        MemberFacts {
+            pod: pod_name(srv).to_owned(),
+            ordinal: ordinal(srv).unwrap_or(0),
+            reachable: info.is_some(),
+            role_slave: info.is_some_and(|i| i.role.is_slave()),
+            follows_current: info.is_some_and(|i| i.follows(master_dial.0, master_dial.1)),
+            link_up: info.is_some_and(|i| i.link_up || master_down),
+            eligible: info.and_then(|i| i.eligible),
+            lag: match (reference, info.and_then(|i| i.offset)) {
+                (Some(r), Some(o)) => Some(r.saturating_sub(o)),
+                _ => None,
+            },
+            codis_state_ok: state_ok,
+        }
+    };
+    let current = MemberFacts { reachable: !master_down, ..facts(from) };
+    (current, others.into_iter().map(facts).collect())
+}
+
+// ---- the transfer -------------------------------------------------------------------------------------------------
+
+/// What to transfer.
+#[derive(Debug, Clone)]
+pub struct Transfer<'a> {
+    /// The group.
+    pub gid: u32,
+    /// The server to move mastership away from (`<fqdn>:<port>`). When Codis no longer lists it at index 0 nothing
+    /// is promoted: the group is only converged on its current master.
+    pub from: String,
+    /// The requested new master's pod name and the variable it came from (refusals name it, exit 2).
+    pub candidate: Option<(String, &'static str)>,
+    /// Which pods the rollout in progress already updated, when known.
+    pub rollout: Option<&'a RolloutFacts>,
+}
+
+/// What a transfer did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The group.
+    pub gid: u32,
+    /// Its master at the end (Codis's `servers[0]`, confirmed a master that every reachable member follows).
+    pub master: String,
+    /// Whether this run promoted (or finished promoting) a member.
+    pub promoted: bool,
+    /// Why that member, when this run chose one.
+    pub basis: Option<String>,
+    /// What converging the group did.
+    pub converged: Converged,
+}
+
+impl Outcome {
+    /// One line for stdout.
+    #[must_use]
+    pub fn describe(&self, from: &str) -> String {
+        let what = if self.promoted {
+            format!(
+                "group {}: master moved from {from} to {}{}",
+                self.gid,
+                self.master,
+                self.basis.as_ref().map(|b| format!(" ({b})")).unwrap_or_default()
+            )
+        } else if self.master.eq_ignore_ascii_case(from) {
+            format!("group {}: {from} stays master", self.gid)
+        } else {
+            format!("group {}: master is {}", self.gid, self.master)
+        };
+        format!("{what}; {}", self.converged.describe())
+    }
+}
+
+/// Moves group `t.gid`'s mastership away from `t.from` and converges the group; must run under `lock`.
+///
+/// Idempotent: when Codis already lists another master (a previous run got that far, or the fork failed over) it
+/// only converges; a promote left in progress is resumed with its own address; a fence left by a crashed run is
+/// honoured while its member is still fit.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an unfit candidate (nothing changed); [`Error::Refused`] when no replica can take
+/// over or the fence changed under us; [`Error::InProgress`] when the budget ran out (the rerun resumes).
+pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) -> Result<Outcome> {
+    let gid = t.gid;
+    let mut promoted = false;
+    let mut basis = None;
+    let mut attempts = 0u32;
+    loop {
+        s.ctx.budget.check(|| format!("transfer of group {gid}'s master away from {} in progress", t.from))?;
+        attempts += 1;
+        if attempts > 20 {
+            return Err(Error::Refused(format!("group {gid} keeps changing under the transfer; run again")));
+        }
+        let stats = s.stats().await?;
+        let group = group_of(&stats, gid)?;
+        if group.is_promoting() {
+            let target = promoting_target(group)?;
+            tracing::info!(gid, target = %target, "resuming a promote left in progress, with the same address");
+            promote(s, gid, &target).await?;
+            promoted = true;
+            basis.get_or_insert_with(|| "resumed the promote left in progress".to_owned());
+            continue;
+        }
+        let master = group.master().ok_or_else(|| Error::Refused(format!("group {gid} has no servers")))?.to_owned();
+        if !master.eq_ignore_ascii_case(&t.from) {
+            let converged = converge(s, gid).await?;
+            clear_fence(s, gid, &converged.master).await;
+            return Ok(Outcome { gid, master: converged.master.clone(), promoted, basis, converged });
+        }
+        if promoted {
+            return Err(Error::Refused(format!(
+                "codis still lists {master} as group {gid}'s master after the promote"
+            )));
+        }
+        if group.servers.len() < 2 {
+            return Err(Error::Refused(format!("{master} is group {gid}'s only server: there is no one to promote")));
+        }
+
+        // Choose, honouring a fence left by an earlier run.
+        let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
+        let infos = survey(s, &servers).await;
+        let (mh, mp) = s.dial(&master)?;
+        let (current, members) = member_facts(group, &master, (&mh, mp), &infos);
+        let key = fence_key(&s.prefix(), gid);
+        let fence = s.etcd()?.get(&key).await?;
+        let fenced = fence.as_ref().map(|e| pod_name(&e.value).to_owned());
+        let choice = decide(&current, &members, t.candidate.as_ref(), fenced.as_deref(), t.rollout)?;
+        let to = servers
+            .iter()
+            .find(|srv| pod_name(srv) == choice.pod)
+            .cloned()
+            .ok_or_else(|| Error::Refused(format!("{} vanished from group {gid}", choice.pod)))?;
+        let why = describe_basis(&choice, t.rollout, fenced.as_deref());
+        tracing::info!(gid, from = %master, to = %to, basis = %why, "transferring the master");
+
+        write_fence(s, gid, fence.as_ref(), &to).await?;
+        catch_up(s, &master, &to).await;
+
+        // Compare before acting: the fence still names our target, we still hold the lock, Codis has not moved.
+        let now = s.etcd()?.get(&key).await?;
+        if now.as_ref().map(|e| e.value.as_str()) != Some(to.as_str()) {
+            return Err(Error::Refused(format!(
+                "group {gid}'s fence now names {}, not {to}; nothing promoted",
+                now.map_or_else(|| "nothing".to_owned(), |e| e.value)
+            )));
+        }
+        if !lock.is_held().await {
+            return Err(Error::Refused(format!("lost the topology lock before promoting {to}; nothing promoted")));
+        }
+        let fresh = s.stats().await?;
+        let g = group_of(&fresh, gid)?;
+        if g.is_promoting() || !g.master().is_some_and(|m| m.eq_ignore_ascii_case(&master)) || g.server(&to).is_none() {
+            tracing::info!(gid, "group changed while preparing the transfer; looking again");
+            continue;
+        }
+        promote(s, gid, &to).await?;
+        promoted = true;
+        basis = Some(why);
+    }
+}
+
+/// The choice: the candidate when given (refused with exit 2 naming its variable when unfit); else the fenced
+/// member when it is still fit (a crashed run's target, so a rerun never promotes a second member); else the rule.
+fn decide(
+    current: &MemberFacts,
+    members: &[MemberFacts],
+    candidate: Option<&(String, &'static str)>,
+    fenced: Option<&str>,
+    rollout: Option<&RolloutFacts>,
+) -> Result<plan::Choice> {
+    if let Some((pod, var)) = candidate {
+        return plan::choose_new_master(current, members, Some(pod), None).map_err(|e| match e {
+            ChoiceError::BadCandidate { .. } => Error::invalid(*var, format!("{e}; nothing was changed")),
+            other @ ChoiceError::NoHealthyReplica { .. } => Error::Refused(other.to_string()),
+        });
+    }
+    if let Some(pod) = fenced.filter(|p| *p != current.pod) {
+        if let Ok(choice) = plan::choose_new_master(current, members, Some(pod), None) {
+            return Ok(choice);
+        }
+        tracing::info!(fenced = pod, "the fenced member can no longer take over; choosing again");
+    }
+    plan::choose_new_master(current, members, None, rollout).map_err(|e| {
+        let detail: Vec<String> = members
+            .iter()
+            .filter(|m| m.pod != current.pod)
+            .filter_map(|m| m.unfit_reason().map(|r| format!("{}: {r}", m.pod)))
+            .collect();
+        Error::Refused(format!("{e} ({}); codis's own failover is the fallback", detail.join(", ")))
+    })
+}
+
+fn describe_basis(choice: &plan::Choice, rollout: Option<&RolloutFacts>, fenced: Option<&str>) -> String {
+    match choice.basis {
+        Basis::Candidate if fenced == Some(choice.pod.as_str()) => {
+            "the member an earlier run fenced for this transfer".to_owned()
+        }
+        Basis::Candidate => "the requested candidate".to_owned(),
+        Basis::Ranked { healthy } => match rollout {
+            Some(r) if r.updated.contains(&choice.pod) => {
+                format!("healthy and already updated in this rollout, best of {healthy} healthy replica(s)")
+            }
+            Some(_) => format!("no healthy replica is updated yet; ordinal rule over {healthy} healthy replica(s)"),
+            None => format!("no rollout facts; ordinal rule over {healthy} healthy replica(s)"),
+        },
+    }
+}
+
+/// Writes the fence naming `to`, comparing with the value read (`current`); a fence that changed in between means
+/// another transfer is deciding too, and this one stops with nothing done.
+async fn write_fence(s: &Session<'_>, gid: u32, current: Option<&Entry>, to: &str) -> Result<()> {
+    let etcd = s.etcd()?;
+    let key = fence_key(&s.prefix(), gid);
+    let mut expected = current.map(|e| e.value.clone());
+    for _ in 0..2 {
+        if etcd.compare_and_put(&key, expected.as_deref(), to, Some(FENCE_TTL)).await? {
+            return Ok(());
+        }
+        // The old fence may simply have expired between the read and the write: look once more.
+        let now = etcd.get(&key).await?.map(|e| e.value);
+        if now.is_some() && now != expected {
+            return Err(Error::Refused(format!(
+                "group {gid}'s fence changed to {} while choosing (another transfer?); nothing promoted",
+                now.unwrap_or_default()
+            )));
+        }
+        expected = now;
+    }
+    Err(Error::Refused(format!("could not write group {gid}'s fence; nothing promoted")))
+}
+
+/// Deletes the fence if it still names `master` (a newer fence of someone else stays); failures only delay its
+/// expiry, so they are logged.
+pub async fn clear_fence(s: &Session<'_>, gid: u32, master: &str) {
+    let Ok(etcd) = s.etcd() else { return };
+    if let Err(e) = etcd.delete_if_value(&fence_key(&s.prefix(), gid), master).await {
+        tracing::warn!(gid, error = %e, "could not delete the fence; it expires by itself");
+    }
+}
+
+/// Waits (at most [`CATCH_UP_WAIT`]) until `to` has everything `master` produced; never fails.
+async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(CATCH_UP_WAIT);
+    loop {
+        let (m, t) = (s.replication(master).await, s.replication(to).await);
+        match (m.ok().and_then(|i| i.offset), t.ok().and_then(|i| i.offset)) {
+            (Some(m), Some(t)) if t >= m => return,
+            (Some(m), Some(t)) if tokio::time::Instant::now() >= deadline => {
+                tracing::warn!(to, lag = m - t, "promoting before the new master caught up");
+                return;
+            }
+            (None, _) | (_, None) => return,
+            _ => tokio::time::sleep(s.ctx.budget.cap(POLL)).await,
+        }
+    }
+}
+
+/// `group/promote` of `to`, retried with the same address while the outcome is unknown or the promote is still in
+/// progress; done when Codis lists `to` at index 0 with no promote left.
+async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
+    loop {
+        let err = s.dashboard.group_promote(gid, to).await.err();
+        let stats = s.stats().await?;
+        let group = group_of(&stats, gid)?;
+        let done = group.master().is_some_and(|m| m.eq_ignore_ascii_case(to)) && !group.is_promoting();
+        if done {
+            return Ok(());
+        }
+        match err {
+            Some(e) if group.is_promoting() && !promoting_target(group)?.eq_ignore_ascii_case(to) => {
+                // Someone else's promote: the caller's loop resumes that one instead.
+                tracing::warn!(gid, error = %e, "another promote is in progress");
+                return Ok(());
+            }
+            Some(e) if e.cause().is_some_and(|c| c.contains("can't promote master")) => return Ok(()),
+            Some(e) if e.cause().is_some() && !group.is_promoting() && !is_retryable(&e) => return Err(e.into()),
+            Some(e) => tracing::warn!(gid, to, error = %e, "promote not finished; retrying with the same address"),
+            None => tracing::debug!(gid, to, "promote answered but codis has not settled yet"),
+        }
+        s.ctx.budget.check(|| format!("promoting {to} in group {gid}: codis has not finished the promote"))?;
+        tokio::time::sleep(s.ctx.budget.cap(POLL * 5)).await;
+    }
+}
+
+fn is_retryable(e: &crate::codis::Error) -> bool {
+    e.cause().is_some_and(|c| c.contains("slots-migration is running") || c.contains("is promoting"))
+}
+
+fn group_of(stats: &Stats, gid: u32) -> Result<&Group> {
+    stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} no longer exists in codis")))
+}
+
+/// The server a promote in progress is for: `servers[index]` (index 0 once `finished` reordered the group).
+fn promoting_target(group: &Group) -> Result<String> {
+    let index = group.promoting.index.unwrap_or(0);
+    group
+        .servers
+        .get(index)
+        .map(|gs| gs.server.clone())
+        .ok_or_else(|| Error::Refused(format!("group {} is promoting index {index}, which it does not have", group.id)))
+}
+
+// ---- converging a group on its master ----------------------------------------------------------------------------
+
+/// What [`converge`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Converged {
+    /// Codis's `servers[0]`, confirmed a master.
+    pub master: String,
+    /// Members pointed at it by this run.
+    pub repointed: Vec<String>,
+    /// Members that could not be asked (restarting pods: `rejoin` points them at the master when they start).
+    pub unreachable: Vec<String>,
+}
+
+impl Converged {
+    /// A short summary.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut text = if self.repointed.is_empty() {
+            "every reachable member follows it".to_owned()
+        } else {
+            format!("re-pointed {} to it", self.repointed.join(", "))
+        };
+        if !self.unreachable.is_empty() {
+            let _ = write!(text, "; not reachable (rejoin fixes them at start): {}", self.unreachable.join(", "));
+        }
+        text
+    }
+}
+
+/// Makes every member of group `gid` follow Codis's `servers[0]` (persisted with CONFIG REWRITE) and that server a
+/// master; a member that still has replicas waits until it has none. Re-reads the group before every round.
+///
+/// # Errors
+/// [`Error::InProgress`] when a member still has replicas after [`DEMOTE_WAIT`] or the budget ran out (the rerun
+/// continues); pika errors other than the transient refusals; the master Codis lists being unreachable.
+pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(DEMOTE_WAIT);
+    let mut repointed: Vec<String> = Vec::new();
+    loop {
+        let stats = s.stats().await?;
+        let group = group_of(&stats, gid)?;
+        if group.is_promoting() {
+            return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
+        }
+        let master = group.master().ok_or_else(|| Error::Refused(format!("group {gid} has no servers")))?.to_owned();
+        s.ensure_master(&master).await?;
+        let (host, port) = s.dial(&master)?;
+        let others: Vec<String> = group.servers.iter().skip(1).map(|gs| gs.server.clone()).collect();
+        let infos = survey(s, &others).await;
+        let mut waiting = Vec::new();
+        let mut unreachable = Vec::new();
+        for server in &others {
+            let info = match infos.get(server) {
+                Some(Ok(info)) => info,
+                Some(Err(e)) => {
+                    tracing::warn!(server, error = %e, "member not reachable; rejoin will point it at the master");
+                    unreachable.push(server.clone());
+                    continue;
+                }
+                None => {
+                    unreachable.push(server.clone());
+                    continue;
+                }
+            };
+            match member_step(info, &host, port) {
+                MemberStep::Follows => {}
+                MemberStep::WaitForReplicas(n) => waiting.push((server.clone(), format!("{n} replica(s)"))),
+                MemberStep::Repoint => match repoint(s, server, &host, port).await {
+                    Ok(()) => {
+                        tracing::info!(server, master = %master, "pointed member at the master");
+                        repointed.push(server.clone());
+                    }
+                    Err(e) if is_transient_refusal(&e) => waiting.push((server.clone(), e.to_string())),
+                    Err(e) => return Err(e.into()),
+                },
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(Converged { master, repointed, unreachable });
+        }
+        if tokio::time::Instant::now() >= deadline || s.ctx.budget.expired() {
+            return Err(Error::InProgress {
+                progress: format!(
+                    "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
+                    waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        // The old master stays a master until it can be demoted: watch just the waiting ones closely, so that the
+        // moment with two masters is as short as pika allows, then take the next round from a fresh read.
+        let watched: Vec<String> = waiting.into_iter().map(|(srv, _)| srv).collect();
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        while tokio::time::Instant::now() < until.min(deadline) {
+            let infos = survey(s, &watched).await;
+            if infos.values().all(|i| i.as_ref().map_or(true, |i| i.connected_slaves == 0)) {
+                break;
+            }
+            tokio::time::sleep(s.ctx.budget.cap(DEMOTE_POLL)).await;
+        }
+    }
+}
+
+/// SLAVEOF then CONFIG REWRITE, so that a restart keeps the role (pika.md §3.1).
+async fn repoint(s: &Session<'_>, server: &str, host: &str, port: u16) -> Result<(), pika::Error> {
+    let (h, p) =
+        s.dial(server).map_err(|e| pika::Error::Address { address: server.to_owned(), reason: e.one_line() })?;
+    let conn = Pika::connect(&h, p, s.ctx.secrets.pika_password.as_deref(), s.ctx.budget.cap(CALL_TIMEOUT)).await?;
+    conn.slaveof(host, port).await?;
+    conn.config_rewrite().await
+}
+
+/// Whether every reachable member of `group` already follows `servers[0]`, which is a master: the cheap look a
+/// replica's switchover takes before deciding whether it needs the lock at all.
+///
+/// # Errors
+/// Only when the master's address cannot be dialled (a malformed override).
+pub async fn is_converged(s: &Session<'_>, group: &Group) -> Result<bool> {
+    let Some(master) = group.master() else { return Ok(true) };
+    if group.is_promoting() {
+        return Ok(false);
+    }
+    let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
+    let infos = survey(s, &servers).await;
+    let (host, port) = s.dial(master)?;
+    if let Some(Ok(info)) = infos.get(master) {
+        if info.role.is_slave() {
+            return Ok(false);
+        }
+    }
+    Ok(servers.iter().skip(1).all(|srv| match infos.get(srv) {
+        Some(Ok(info)) => member_step(info, &host, port) == MemberStep::Follows,
+        _ => true,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codis::GroupServer;
+    use crate::pika::parse_replication;
+
+    const NEW: &str = "c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc.cluster.local";
+
+    /// pika's layout (pika.md §2.1), CRLF as sent.
+    fn pika(text: &str) -> Replication {
+        parse_replication(&text.replace('\n', "\r\n"))
+    }
+
+    #[test]
+    fn a_demoted_pika_master_with_replicas_waits_and_follows_once_it_has_none() {
+        // The old master right after the promote: its two replicas are still attached.
+        let old = pika(
+            "# Replication(MASTER)\nrole:master\nReplicationID:4f0c1ab9\nconnected_slaves:2\n\
+             slave0:ip=10.244.1.17,port=9221,conn_fd=88,lag=(db0:0)\n\
+             slave1:ip=10.244.2.9,port=9221,conn_fd=91,lag=(db0:0)\n\
+             is_eligible_for_master_election:true\ndb0:binlog_offset=3 52428800,safety_purge=none\n",
+        );
+        assert_eq!(member_step(&old, NEW, 9221), MemberStep::WaitForReplicas(2));
+        // Its replicas were re-pointed: pika clears the master bit with the last one, SLAVEOF is now accepted.
+        let alone = pika("# Replication(MASTER)\nrole:master\nReplicationID:4f0c1ab9\nconnected_slaves:0\n");
+        assert_eq!(member_step(&alone, NEW, 9221), MemberStep::Repoint);
+    }
+
+    #[test]
+    fn a_chained_pika_replica_waits_for_its_own_replicas() {
+        let chained = pika(
+            "# Replication(Master && SLAVE)\nrole:master&&slave\nmaster_host:old-master\nmaster_port:9221\n\
+             master_link_status:up\nconnected_slaves:1\nslave0:ip=10.0.0.9,port=9221,conn_fd=7,lag=(db0:0)\n",
+        );
+        assert_eq!(member_step(&chained, NEW, 9221), MemberStep::WaitForReplicas(1));
+        // Following the new master already, chained or not, is done.
+        let follows = pika(&format!(
+            "# Replication(Master && SLAVE)\nrole:master&&slave\nmaster_host:{NEW}\nmaster_port:9221\n\
+             master_link_status:up\nconnected_slaves:1\n"
+        ));
+        assert_eq!(member_step(&follows, NEW, 9221), MemberStep::Follows);
+    }
+
+    #[test]
+    fn a_pika_slave_of_the_old_master_is_repointed_and_one_of_the_new_is_left_alone() {
+        let of_old = pika(
+            "# Replication(SLAVE)\nrole:slave\nmaster_host:old-master\nmaster_port:9221\nmaster_link_status:up\n\
+             repl_connect_status:\ndb0:connected\n",
+        );
+        assert_eq!(member_step(&of_old, NEW, 9221), MemberStep::Repoint);
+        let syncing = pika(&format!(
+            "# Replication(SLAVE)\nrole:slave\nmaster_host:{NEW}\nmaster_port:9221\nmaster_link_status:down\n\
+             repl_connect_status:\ndb0:syncing_full\n"
+        ));
+        assert_eq!(member_step(&syncing, &NEW.to_ascii_uppercase(), 9221), MemberStep::Follows);
+        assert_eq!(member_step(&syncing, NEW, 9222), MemberStep::Repoint);
+    }
+
+    #[test]
+    fn pikas_refusals_while_it_has_replicas_are_waited_out_and_others_are_not() {
+        let refusal = |message: &str| pika::Error::Command {
+            addr: "10.0.0.1:9221".into(),
+            command: "SLAVEOF",
+            message: message.into(),
+        };
+        assert!(is_transient_refusal(&refusal("ERR already master of others, invalid usage")));
+        assert!(is_transient_refusal(&refusal("ERR Server is not in correct state for slaveof")));
+        assert!(!is_transient_refusal(&refusal("ERR The master ip:port and the slave ip:port are the same")));
+        assert!(!is_transient_refusal(&pika::Error::Timeout { addr: "a:1".into(), command: "SLAVEOF" }));
+    }
+
+    fn server(ordinal: u32) -> String {
+        format!("c1-pika-x7k-{ordinal}.c1-pika-x7k-headless.prod.svc.cluster.local:9221")
+    }
+
+    fn group(n: u32) -> Group {
+        Group {
+            id: 3,
+            servers: (0..n).map(|o| GroupServer { server: server(o), ..GroupServer::default() }).collect(),
+            ..Group::default()
+        }
+    }
+
+    #[test]
+    fn facts_measure_lag_from_the_master_and_from_the_best_replica_when_the_master_is_gone() {
+        let g = group(3);
+        let slave = |offset: u64, up: &str| {
+            Ok(pika(&format!(
+                "# Replication(SLAVE)\nrole:slave\nmaster_host:127.0.0.1\nmaster_port:7000\nmaster_link_status:{up}\n\
+                 slave_repl_offset:{offset}\n"
+            )))
+        };
+        let mut infos = BTreeMap::from([
+            (server(0), Ok(pika("# Replication(MASTER)\nrole:master\nconnected_slaves:2\nslave_repl_offset:100\n"))),
+            (server(1), slave(90, "up")),
+            (server(2), slave(100, "up")),
+        ]);
+        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        assert_eq!((current.pod.as_str(), current.ordinal), ("c1-pika-x7k-0", 0));
+        assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(10), Some(0)]);
+        assert!(members.iter().all(|m| m.unfit_reason().is_none()));
+
+        // The master is gone: links are down, yet the most advanced replica ranks first.
+        infos.insert(server(0), Err("connection refused".into()));
+        infos.insert(server(1), slave(90, "down"));
+        infos.insert(server(2), slave(95, "down"));
+        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        assert!(!current.reachable);
+        assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(5), Some(0)]);
+        let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
+        assert_eq!(choice.pod, "c1-pika-x7k-2");
+    }
+
+    #[test]
+    fn a_fenced_member_is_kept_while_fit_and_a_candidate_overrides_it() {
+        let g = group(3);
+        let slave = Ok(pika("role:slave\nmaster_host:127.0.0.1\nmaster_port:7000\nmaster_link_status:up\n"));
+        let infos = BTreeMap::from([
+            (server(0), Ok(pika("role:master\nconnected_slaves:2\n"))),
+            (server(1), slave.clone()),
+            (server(2), slave),
+        ]);
+        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        // The rule would pick ordinal 2; an earlier run fenced ordinal 1, so ordinal 1 it is.
+        assert_eq!(decide(&current, &members, None, None, None).unwrap().pod, "c1-pika-x7k-2");
+        assert_eq!(decide(&current, &members, None, Some("c1-pika-x7k-1"), None).unwrap().pod, "c1-pika-x7k-1");
+        // A fence naming the master itself or a stranger is ignored.
+        assert_eq!(decide(&current, &members, None, Some("c1-pika-x7k-0"), None).unwrap().pod, "c1-pika-x7k-2");
+        assert_eq!(decide(&current, &members, None, Some("c1-pika-x7k-9"), None).unwrap().pod, "c1-pika-x7k-2");
+        let candidate = ("c1-pika-x7k-2".to_owned(), "KB_SWITCHOVER_CANDIDATE_FQDN");
+        assert_eq!(
+            decide(&current, &members, Some(&candidate), Some("c1-pika-x7k-1"), None).unwrap().pod,
+            "c1-pika-x7k-2"
+        );
+        let stranger = ("c1-pika-x7k-7".to_owned(), "KB_SWITCHOVER_CANDIDATE_FQDN");
+        let err = decide(&current, &members, Some(&stranger), None, None).unwrap_err();
+        assert!(matches!(&err, Error::InvalidInput { var, .. } if var == "KB_SWITCHOVER_CANDIDATE_FQDN"), "{err}");
+    }
+
+    #[test]
+    fn names_come_from_the_registered_server() {
+        assert_eq!(pod_name(&server(12)), "c1-pika-x7k-12");
+        assert_eq!(ordinal(&server(12)), Some(12));
+        assert_eq!(fence_key("/pika-kubeblocks/ns/c1/", 4), "/pika-kubeblocks/ns/c1/fence/4");
+    }
+}

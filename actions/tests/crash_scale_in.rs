@@ -1,0 +1,108 @@
+//! Crash at every step of a scale-in (issue 4): the binary is built with `--features failpoints` and aborted before
+//! its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write),
+//! for n = 1, 2, ... until a run completes without crashing. After each crash the action is rerun normally until it
+//! finishes, and the cluster must have converged: the leaving group gone with its servers and etcd records, every slot
+//! owned by a remaining group, balanced, none lost; a further run changes nothing.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::{describe, run, run_to_completion, Bed, ClusterFixture, NAMESPACE};
+
+/// The etcd keys of this cluster.
+fn etcd_keys(bed: &Bed) -> Vec<String> {
+    with_etcd(bed, |etcd, prefix| async move {
+        etcd.list(&prefix).await.expect("list").into_iter().map(|(k, _)| k).collect()
+    })
+}
+
+/// What the aborted process's lease expiring does, without waiting the lock TTL out: its lock keys go.
+fn expire_locks(bed: &Bed) {
+    with_etcd(bed, |etcd, prefix| async move {
+        for (key, _) in etcd.list(&prefix).await.expect("list") {
+            if key.contains("/locks/") {
+                etcd.delete(&key).await.expect("delete");
+            }
+        }
+    });
+}
+
+fn with_etcd<T, F: std::future::Future<Output = T>>(
+    bed: &Bed,
+    f: impl FnOnce(pika_action::etcd::Etcd, String) -> F,
+) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .expect("etcd");
+        f(etcd, pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
+    })
+}
+
+/// A scale-in about to happen: 3 shards of 2 pods over 48 slots, the last one leaving.
+struct Case {
+    bed: Bed,
+    env: BTreeMap<String, String>,
+    leaving: u32,
+    remaining: Vec<u32>,
+}
+
+fn case() -> Case {
+    let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions { max_slot_num: 48, ..Default::default() });
+    run_to_completion("post-provision", &bed.env(0));
+    let mut env = bed.env(2);
+    env.insert("KB_REMOVE_SHARD_NAME".into(), bed.cluster.shards[2].full.clone());
+    let leaving = bed.gid(2).expect("registered");
+    let remaining = vec![bed.gid(0).expect("registered"), bed.gid(1).expect("registered")];
+    Case { bed, env, leaving, remaining }
+}
+
+fn assert_converged(c: &Case, n: usize) {
+    let snap = c.bed.codis.snapshot();
+    assert!(snap.group(c.leaving).is_none(), "crash point {n}: group {} survived", c.leaving);
+    for pod in &c.bed.cluster.shards[2].pods {
+        assert!(snap.server(&pod.server()).is_none(), "crash point {n}: {} still registered", pod.name);
+    }
+    // Every slot in a remaining group (none lost, none offline), none migrating, ±1.
+    c.bed.assert_balanced(&c.remaining);
+    let stale: Vec<String> = etcd_keys(&c.bed)
+        .into_iter()
+        .filter(|k| k.ends_with(&format!("/groups/{}", c.leaving)) || k.contains("/drains/"))
+        .collect();
+    assert!(stale.is_empty(), "crash point {n}: etcd records left: {stale:?}");
+    // And it stays converged: one more run changes nothing.
+    c.bed.codis.clear_requests();
+    let out = run("shard-remove", &c.env);
+    assert_eq!(out.status.code(), Some(0), "crash point {n}: {}", describe(&out));
+    assert!(c.bed.mutations().is_empty(), "crash point {n}: a rerun changed codis: {:?}", c.bed.mutations());
+}
+
+#[test]
+fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
+    let mut tried = 0;
+    for n in 1..200 {
+        let c = case();
+        let mut crashing = c.env.clone();
+        crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let out = run("shard-remove", &crashing);
+        if out.status.code() == Some(0) {
+            // Fewer than n mutations: every crash point has been tried.
+            assert_converged(&c, n);
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("crash point {n}")), "run {n} failed without crashing: {}", describe(&out));
+        tried += 1;
+        if let Some(line) = stderr.lines().find(|l| l.contains("crash point")) {
+            println!("{line}");
+        }
+        expire_locks(&c.bed);
+        run_to_completion("shard-remove", &c.env);
+        assert_converged(&c, n);
+    }
+    println!("shard-remove: {tried} crash points tried, every one converged");
+    assert!(tried >= 5, "only {tried} crash points were tried: are the fail point hooks wired?");
+}

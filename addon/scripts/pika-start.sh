@@ -1,0 +1,71 @@
+#!/bin/sh
+# The pika container's start-up. Three steps, each needed before pika serves a client:
+#   1. merge KubeBlocks' settings into the persisted pika.conf on the data volume;
+#   2. `pika-action rejoin`: if Codis lists this pod in a group whose master is another pod, point the persisted
+#      `slaveof` at that master, so that a restarted or rescheduled pod never comes back as a second master;
+#   3. exec pika on the persisted file.
+#
+# The persisted file is pika's own (CONFIG REWRITE writes slaveof, replication-id and run-id there) and survives
+# restarts. The template (KubeBlocks' rendered config, one "key value" per line) owns every setting it names, so a
+# Reconfiguring OpsRequest takes effect at the next start; pika owns its replication state; the password is
+# PIKA_PASSWORD (requirepass = masterauth = Codis product_auth).
+set -eu
+
+template="${PIKA_CONFIG_TEMPLATE:-/etc/pika/pika.conf}"
+config="${PIKA_CONFIG_FILE:-/data/pika.conf}"
+action="${PIKA_ACTION:-/tools/pika-action}"
+pika="${PIKA_BIN:-/pika/bin/pika}"
+
+# merge_config TEMPLATE CONFIG: rewrites CONFIG ("key : value") with TEMPLATE's settings, in place.
+merge_config() {
+  [ -f "$2" ] || : >"$2"
+  awk -v template="$1" '
+    function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t\r]+$/, "", s); return s }
+    BEGIN {
+      # Written by pika itself; a template must not reset them.
+      owned["slaveof"] = 1; owned["replication-id"] = 1; owned["run-id"] = 1
+      owned["master-run-id"] = 1; owned["internal-used-unfinished-full-sync"] = 1
+      n = 0
+      set["requirepass"] = ENVIRON["PIKA_PASSWORD"]; order[++n] = "requirepass"
+      set["masterauth"] = ENVIRON["PIKA_PASSWORD"]; order[++n] = "masterauth"
+      while ((getline line < template) > 0) {
+        line = trim(line)
+        if (line == "" || line ~ /^#/) continue
+        key = line
+        sub(/[ \t].*$/, "", key)
+        if ((key in owned) || (key in set)) continue
+        set[key] = trim(substr(line, length(key) + 1))
+        order[++n] = key
+      }
+      close(template)
+    }
+    {
+      line = trim($0)
+      if (line != "" && line !~ /^#/ && index(line, ":") > 0) {
+        key = trim(substr(line, 1, index(line, ":") - 1))
+        if (key in set) { print key " : " set[key]; done[key] = 1; next }
+      }
+      print $0
+    }
+    END {
+      for (i = 1; i <= n; i++) if (!(order[i] in done)) print order[i] " : " set[order[i]]
+    }
+  ' "$2" >"$2.tmp"
+  mv "$2.tmp" "$2"
+}
+
+if [ ! -r "$template" ]; then
+  echo "pika-start: no config template at $template" >&2
+  exit 2
+fi
+merge_config "$template" "$config"
+echo "pika-start: $config merged from $template"
+
+status=0
+"$action" rejoin || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "pika-start: pika-action rejoin failed (exit $status); not starting pika, which could come back as a second master" >&2
+  exit "$status"
+fi
+
+exec "$pika" -c "$config"
