@@ -246,7 +246,8 @@ pub fn drain(slots: &[SlotState], leaving: u32, remaining: &[u32]) -> Result<Pla
 }
 
 impl Plan {
-    /// True when there is nothing to do: every slot already sits in a balanced target group.
+    /// True when there is nothing to start: once the in-flight actions finish, every slot sits in a balanced
+    /// target group.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.assign.is_empty() && self.moves.is_empty()
