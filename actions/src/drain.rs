@@ -174,9 +174,9 @@ pub fn assess(
     let mut arriving = Vec::new();
     for sl in stats.slots.iter().filter(|sl| !sl.is_idle() && sl.action.target_id == Some(gid)) {
         if sl.action.state() == Some("pending") {
-            cancel.push(sl.id)
+            cancel.push(sl.id);
         } else {
-            arriving.push(sl.id)
+            arriving.push(sl.id);
         }
     }
     let left = stats.slots.iter().filter(|sl| sl.group_id == gid).count() + arriving.len();
@@ -284,7 +284,7 @@ pub enum LegacyDecision {
 }
 
 /// Decides a 1.0.x `pre-terminate` from the event: only a scale-in drains, onto the shards that are not deleting
-/// (`deleting` holds short names `<sharding>-<id>`, as KB_CLUSTER_COMPONENT_DELETING_LIST does).
+/// (`deleting` holds short names `<sharding>-<id>`, as `KB_CLUSTER_COMPONENT_DELETING_LIST` does).
 #[must_use]
 pub fn legacy_decision(
     cluster: &str,
@@ -309,7 +309,7 @@ pub fn legacy_decision(
     LegacyDecision::Drain { remaining }
 }
 
-/// The shards that stay when `removed` goes on 1.1+ (ALL_SHARDS_POD_FQDNS may or may not still list it).
+/// The shards that stay when `removed` goes on 1.1+ (`ALL_SHARDS_POD_FQDNS` may or may not still list it).
 #[must_use]
 pub fn remaining_after(removed: &str, shards: &[Shard]) -> Vec<String> {
     shards.iter().filter(|s| s.name != removed).map(|s| s.name.clone()).collect()
@@ -329,6 +329,11 @@ fn record_total(value: &str, shard: &str) -> Option<usize> {
 // ---- applying ------------------------------------------------------------------------------------------------------
 
 /// Drains `shard` onto the groups of the `remaining` shards and removes its group from Codis; idempotent.
+///
+/// # Errors
+///
+/// A [`Refusal`] (exit 1, nothing changed), exit 75 with the drain's progress when the budget runs out, or the
+/// failure of a Codis, pika or etcd call.
 pub async fn remove_shard(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<String> {
     let mut lock = s.lock_topology().await?;
     let result = remove_locked(s, shard, remaining).await;
@@ -357,7 +362,12 @@ async fn remove_locked(s: &Session<'_>, shard: &str, remaining: &[String]) -> Re
     }
     tracing::info!(shard, gid, targets = ?scope.targets, left = scope.left, "draining group");
 
-    let total = if scope.migrating { drain_total(s, gid, shard, scope.left).await? } else { scope.left };
+    let total = if scope.migrating {
+        drain_total(s, gid, shard, scope.left).await?
+    } else {
+        // A rerun after the migrations: the record, if still there, says how many moved.
+        recorded_total(s, gid, shard).await?.unwrap_or(scope.left)
+    };
     cancel_pending(s, &scope.cancel).await?;
     let outcome =
         if scope.migrating { rebalance::drain(s, gid, total, &scope.targets).await? } else { Outcome::default() };
@@ -392,15 +402,16 @@ async fn check_slotmigrate(s: &Session<'_>, masters: &[String]) -> Result<()> {
 /// How many slots the drain of `gid` moves in all: recorded in etcd by the run that starts it, so that later runs
 /// report progress against the same total.
 async fn drain_total(s: &Session<'_>, gid: u32, shard: &str, left: usize) -> Result<usize> {
-    let etcd = s.etcd()?;
-    let key = drain_key(s, gid);
-    match etcd.get(&key).await?.and_then(|entry| record_total(&entry.value, shard)) {
-        Some(total) => Ok(total.max(left)),
-        None => {
-            etcd.put(&key, &record_value(shard, left), None).await?;
-            Ok(left)
-        }
+    if let Some(total) = recorded_total(s, gid, shard).await? {
+        return Ok(total.max(left));
     }
+    s.etcd()?.put(&drain_key(s, gid), &record_value(shard, left), None).await?;
+    Ok(left)
+}
+
+/// The total recorded for the drain of `gid`, when the record is `shard`'s.
+async fn recorded_total(s: &Session<'_>, gid: u32, shard: &str) -> Result<Option<usize>> {
+    Ok(s.etcd()?.get(&drain_key(s, gid)).await?.and_then(|entry| record_total(&entry.value, shard)))
 }
 
 /// Cancels pending migrations into the leaving group; one that got past pending meanwhile is waited for instead.
@@ -523,7 +534,7 @@ mod tests {
         stats.group.models = groups.iter().map(|&(g, sh, p)| group(g, sh, p)).collect();
         stats.slots = owners
             .iter()
-            .flat_map(|&g| std::iter::repeat(g).take(per))
+            .flat_map(|&g| std::iter::repeat_n(g, per))
             .enumerate()
             .map(|(id, g)| SlotMapping { id: id as u32, group_id: g, action: SlotAction::default() })
             .collect();

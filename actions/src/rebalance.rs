@@ -88,6 +88,11 @@ pub fn slot_states(stats: &Stats) -> Vec<SlotState> {
 
 /// Balances every slot over `targets` (groups not listed end with none) and waits until Codis has done it.
 /// `what` names the work in progress messages (`rebalance`).
+///
+/// # Errors
+///
+/// Exit 75 with the progress when the budget runs out; exit 1 when no balanced plan can be made, slot actions are
+/// disabled, a migration error persists, or a Codis call fails.
 pub async fn balance(s: &Session<'_>, targets: &[u32], what: &str) -> Result<Outcome> {
     run(s, targets, what, Count::InFlight).await
 }
@@ -95,6 +100,10 @@ pub async fn balance(s: &Session<'_>, targets: &[u32], what: &str) -> Result<Out
 /// Moves every slot of group `leaving` (and of any other group not in `targets`) onto `targets`, balanced with the
 /// fewest moves, and waits until Codis shows no slot owned by or migrating to it. `total` is how many slots the
 /// drain had to move when it began, for the progress message `drain in progress: M/N slots moved`.
+///
+/// # Errors
+///
+/// As [`balance`].
 pub async fn drain(s: &Session<'_>, leaving: u32, total: usize, targets: &[u32]) -> Result<Outcome> {
     run(s, targets, "drain", Count::Leaving { gid: leaving, total }).await
 }
@@ -382,10 +391,10 @@ mod tests {
 
     #[test]
     fn drain_progress_counts_the_leaving_groups_slots_across_runs() {
-        let mut stats = Stats::default();
-        stats.slots = (0..8u32)
+        let slots = (0..8u32)
             .map(|id| crate::codis::SlotMapping { id, group_id: if id < 3 { 5 } else { 1 }, ..Default::default() })
             .collect();
+        let stats = Stats { slots, ..Stats::default() };
         assert_eq!(Count::Leaving { gid: 5, total: 10 }.progress(&stats, 3, 3), (7, 10));
         // A total smaller than what is left (a lost record) never yields a negative count.
         assert_eq!(Count::Leaving { gid: 5, total: 1 }.progress(&stats, 3, 3), (0, 3));
