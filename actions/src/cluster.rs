@@ -41,16 +41,51 @@ impl std::fmt::Debug for Session<'_> {
 }
 
 impl<'a> Session<'a> {
-    /// Connects to the dashboard (checking the product name) and, when endpoints are given, to etcd.
+    /// Connects to the dashboard (checking the product name) and, when endpoints are given, to etcd; etcd not
+    /// answering fails the run (every topology change takes the lock there first).
     pub async fn open(ctx: &'a Context) -> Result<Self> {
+        Self::connect(ctx, true).await
+    }
+
+    /// Like [`Session::open`] for subcommands that change nothing in etcd and only read it when it answers
+    /// (`rejoin`, `topology`): etcd down is logged and the session has none, so that a pod restarting while etcd
+    /// is down still rejoins its group's master instead of coming back with whatever role it persisted.
+    pub async fn open_without_etcd_if_down(ctx: &'a Context) -> Result<Self> {
+        Self::connect(ctx, false).await
+    }
+
+    async fn connect(ctx: &'a Context, etcd_required: bool) -> Result<Self> {
         let common = ctx
             .event
             .common()
             .ok_or_else(|| Error::Refused(format!("{} does not talk to Codis", ctx.event.action())))?;
         let timeout = ctx.budget.cap(CALL_TIMEOUT);
-        let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), timeout).await?;
-        let etcd =
-            if common.etcd.is_empty() { None } else { Some(Etcd::connect(&common.etcd, ctx.budget.cap(CALL_TIMEOUT)).await?) };
+        let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), timeout)
+            .await
+            .map_err(|e| match e {
+                // The configuration names another product than the dashboard serves: invalid configuration (exit 2),
+                // found before anything was changed, and no retry will fix it.
+                crate::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
+                    crate::vars::CODIS_PRODUCT_NAME,
+                    format!(
+                        "is {expected:?} but the dashboard at {} serves product {actual:?}; nothing was changed",
+                        common.codis.dashboard
+                    ),
+                ),
+                other => other.into(),
+            })?;
+        let etcd = if common.etcd.is_empty() {
+            None
+        } else {
+            match Etcd::connect(&common.etcd, ctx.budget.cap(CALL_TIMEOUT)).await {
+                Ok(etcd) => Some(etcd),
+                Err(e) if !etcd_required => {
+                    tracing::warn!(error = %e, "etcd is not answering; going on without it");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         Ok(Self { ctx, common, dashboard, etcd })
     }
 

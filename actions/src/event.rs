@@ -367,7 +367,7 @@ impl Event {
             }
             Self::MemberJoin { shard, member, .. } => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
-                check_member(shard, member, vars::KB_JOIN_MEMBER_POD_NAME, vars::KB_JOIN_MEMBER_POD_FQDN)?;
+                check_member(cluster, shard, member, vars::KB_JOIN_MEMBER_POD_NAME, vars::KB_JOIN_MEMBER_POD_FQDN)?;
                 if !shard.pods.contains(&member.fqdn) {
                     return Err(Error::invalid(
                         vars::KB_JOIN_MEMBER_POD_FQDN,
@@ -378,16 +378,23 @@ impl Event {
             Self::MemberLeave { shard, member, .. } => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 // The leaving pod is already gone from the desired pod list: check only that it is this shard's.
-                check_member(shard, member, vars::KB_LEAVE_MEMBER_POD_NAME, vars::KB_LEAVE_MEMBER_POD_FQDN)?;
+                check_member(cluster, shard, member, vars::KB_LEAVE_MEMBER_POD_NAME, vars::KB_LEAVE_MEMBER_POD_FQDN)?;
             }
             Self::Switchover { shard, current, candidate, kube_api, .. } => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
-                check_member(shard, current, vars::KB_SWITCHOVER_CURRENT_NAME, vars::KB_SWITCHOVER_CURRENT_FQDN)?;
+                check_member(
+                    cluster,
+                    shard,
+                    current,
+                    vars::KB_SWITCHOVER_CURRENT_NAME,
+                    vars::KB_SWITCHOVER_CURRENT_FQDN,
+                )?;
                 if let Some(candidate) = candidate {
                     check_member(
+                        cluster,
                         shard,
                         candidate,
                         vars::KB_SWITCHOVER_CANDIDATE_NAME,
@@ -486,7 +493,9 @@ fn require_listed(shard: &Shard, shards: &[Shard], var: &str) -> Result<()> {
     }
 }
 
-fn check_member(shard: &Shard, member: &PodRef, name_var: &str, fqdn_var: &str) -> Result<()> {
+/// The pod KubeBlocks names must be this shard's: its name matches its FQDN, which names the shard's headless service
+/// in the cluster's namespace (a pod of a same-named cluster in another namespace is not ours: exit 2).
+fn check_member(cluster: &ClusterRef, shard: &Shard, member: &PodRef, name_var: &str, fqdn_var: &str) -> Result<()> {
     if member.fqdn.name() != member.name {
         return Err(Error::invalid(
             name_var,
@@ -496,6 +505,12 @@ fn check_member(shard: &Shard, member: &PodRef, name_var: &str, fqdn_var: &str) 
     let service = format!("{}-headless", shard.name);
     if member.fqdn.service() != service {
         return Err(Error::invalid(fqdn_var, format!("{} is not a pod of shard {}", member.fqdn.fqdn, shard.name)));
+    }
+    if member.fqdn.namespace() != cluster.namespace {
+        return Err(Error::invalid(
+            fqdn_var,
+            format!("{} is in namespace {}, not {}", member.fqdn.fqdn, member.fqdn.namespace(), cluster.namespace),
+        ));
     }
     Ok(())
 }

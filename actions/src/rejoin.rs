@@ -27,8 +27,10 @@ pub async fn run(ctx: &Context) -> Result<String> {
     // The dashboard starts before the shards; while it cannot be reached, retry within the budget, then start
     // with the role pika last persisted rather than keep the pod down.
     let s = loop {
-        match Session::open(ctx).await {
+        match Session::open_without_etcd_if_down(ctx).await {
             Ok(s) => break s,
+            // A configuration error (the dashboard serves another product) does not fix itself: say so now.
+            Err(e @ Error::InvalidInput { .. }) => return Err(e),
             Err(e) if ctx.budget.remaining() > CALL_TIMEOUT => {
                 tracing::warn!(error = %e.one_line(), "codis not reachable yet; retrying");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;

@@ -25,7 +25,7 @@ pub async fn run(ctx: &Context) -> Result<String> {
     let Event::Topology { shards, .. } = &ctx.event else {
         return Err(Error::Refused("topology got another action's event".into()));
     };
-    let s = Session::open(ctx).await?;
+    let s = Session::open_without_etcd_if_down(ctx).await?;
     let stats = s.stats().await?;
     let mut names = cluster::shards_by_group(&stats);
     let mut report = String::new();

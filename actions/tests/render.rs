@@ -79,7 +79,7 @@ fn every_template_renders_its_golden_event() {
 #[test]
 fn every_action_has_a_template_on_the_lines_it_runs_on() {
     // Actions that exist on both lines render on both; the 1.1-only sharding actions refuse 1.0 by name.
-    for action in ["member-join", "member-leave", "switchover", "role-probe", "rejoin"] {
+    for action in ["member-join", "member-leave", "switchover", "role-probe", "rejoin", "topology"] {
         for line in ["1.0", "1.1"] {
             let out = run(&["render", action], &env_of(&format!("{action}.{line}")));
             assert_eq!(out.status.code(), Some(0), "{action} on {line}: {}", text(&out.stderr));
@@ -126,6 +126,7 @@ fn bad_inputs() -> Vec<Bad> {
         ("member-leave.1.1", &["KB_LEAVE_MEMBER_POD_NAME", "KB_LEAVE_MEMBER_POD_FQDN"]),
         ("switchover.1.1", &["KB_SWITCHOVER_CURRENT_NAME", "KB_SWITCHOVER_CURRENT_FQDN", "CODIS_DASHBOARD_ADDR"]),
         ("rejoin.1.1", &["POD_NAME", "SHARD_POD_FQDNS", "CODIS_DASHBOARD_ADDR"]),
+        ("topology.1.1", &["CLUSTER_NAME", "CLUSTER_NAMESPACE", "CODIS_DASHBOARD_ADDR"]),
     ];
     for (case, vars) in required {
         for var in *vars {
@@ -173,6 +174,12 @@ fn bad_inputs() -> Vec<Bad> {
         bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_NAME", Some("c1-pika-x7k-0"), "KB_SWITCHOVER_CANDIDATE_NAME"),
         bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_NAME", Some(""), "KB_SWITCHOVER_CANDIDATE_NAME"),
         bad("rejoin.1.1", "POD_NAME", Some("c1-pika-x7k-5"), "POD_NAME"),
+        bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("https://kubernetes.default.svc:443"), "KUBE_API_URL"),
+        bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("127.0.0.1:8001"), "KUBE_API_URL"),
+        bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("http://proxy"), "KUBE_API_URL"),
+        bad("topology.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-x7k"), "ALL_SHARDS_POD_FQDNS"),
+        bad("topology.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-b2c:c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc"), "ALL_SHARDS_POD_FQDNS"),
+        bad("topology.1.1", "CODIS_DASHBOARD_ADDR", Some("dashboard"), "CODIS_DASHBOARD_ADDR"),
         bad("role-probe.1.1", "PIKA_PORT", Some("port"), "PIKA_PORT"),
     ]);
     table
@@ -266,9 +273,10 @@ fn every_subcommand_documents_its_variables_in_help() {
         ("pre-terminate", &["KB_CLUSTER_COMPONENT_IS_SCALING_IN"]),
         ("member-join", &["KB_JOIN_MEMBER_POD_NAME", "KB_JOIN_MEMBER_POD_FQDN"]),
         ("member-leave", &["KB_LEAVE_MEMBER_POD_NAME", "KB_LEAVE_MEMBER_POD_FQDN"]),
-        ("switchover", &["KB_SWITCHOVER_CURRENT_FQDN", "KB_SWITCHOVER_CANDIDATE_FQDN", "KB_SWITCHOVER_ROLE"]),
+        ("switchover", &["KB_SWITCHOVER_CURRENT_FQDN", "KB_SWITCHOVER_CANDIDATE_FQDN", "KB_SWITCHOVER_ROLE", "KUBE_API_URL"]),
         ("role-probe", &["PIKA_HOST", "PIKA_PORT", "PIKA_PASSWORD"]),
         ("rejoin", &["POD_NAME", "SHARD_POD_FQDNS"]),
+        ("topology", &["CODIS_DASHBOARD_ADDR", "ALL_SHARDS_POD_FQDNS", "PIKA_ADDRESS_OVERRIDES", "ETCD_ENDPOINTS"]),
     ];
     let env = BTreeMap::from([("PIKA_PASSWORD".to_owned(), SECRET.to_owned())]);
     for (sub, vars) in expect {

@@ -38,7 +38,8 @@ fn fence_key(bed: &Bed) -> String {
 fn fence(bed: &Bed, write: Option<&str>) -> Option<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.unwrap();
+        let etcd =
+            pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.unwrap();
         if let Some(value) = write {
             etcd.put(&fence_key(bed), value, Some(Duration::from_secs(30))).await.unwrap();
         }
@@ -113,7 +114,11 @@ fn with_rollout_facts_a_kubeblocks_rolling_restart_moves_the_master_once_for_eve
         rolling_restart(&mut bed, &Order::KubeBlocks, Some(&kube));
         counts.push(promotes(&bed));
         assert_eq!(promotes(&bed), 1, "master at {x}");
-        assert!(kube.requests().iter().any(|r| r.contains("/instancesets/")), "facts never read: {:?}", kube.requests());
+        assert!(
+            kube.requests().iter().any(|r| r.contains("/instancesets/")),
+            "facts never read: {:?}",
+            kube.requests()
+        );
         let master = codis_master(&bed);
         assert_ne!(master, x);
         assert_one_master(&bed, master);
@@ -328,6 +333,7 @@ fn topology_shows_every_group_flags_a_second_master_and_a_replica_switchover_rep
     let gid = bed.gid(0).unwrap();
     let out = run("topology", &bed.env(0));
     let text = stdout(&out);
+    eprintln!("{text}");
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(text.contains(&format!("group {gid}  shard {}", bed.cluster.shards[0].full)), "{text}");
     for ordinal in 0..3 {
@@ -338,6 +344,7 @@ fn topology_shows_every_group_flags_a_second_master_and_a_replica_switchover_rep
     // Pod 2 is told to stop replicating: a second master Codis does not route to.
     let _ = bed.cluster.shards[0].pod(2).redis.command(&["SLAVEOF", "NO", "ONE"]);
     let out = run("topology", &bed.env(0));
+    eprintln!("{}", describe(&out));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(stdout(&out).contains("DISAGREE: [2] is a second pika master"), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("disagree"), "{}", describe(&out));
