@@ -18,11 +18,11 @@ if compgen -G "$reliability/*.jsonl" >/dev/null; then
     match($0, /"trials": [0-9]+/) { t[c] += substr($0, RSTART + 10, RLENGTH - 10) }
     match($0, /"failures": [0-9]+/) { f[c] += substr($0, RSTART + 12, RLENGTH - 12) }
     END {
-      printf "%-58s %8s %9s\n", "category", "trials", "failures"
+      printf "%-62s %8s %9s\n", "category", "trials", "failures"
       n = 0; for (k in t) keys[++n] = k
       for (i = 2; i <= n; i++) { v = keys[i]; for (j = i - 1; j > 0 && keys[j] > v; j--) keys[j + 1] = keys[j]; keys[j + 1] = v }
-      for (i = 1; i <= n; i++) { printf "%-58s %8d %9d\n", keys[i], t[keys[i]], f[keys[i]]; tt += t[keys[i]]; ff += f[keys[i]] }
-      printf "%-58s %8d %9d\n", "total", tt, ff
+      for (i = 1; i <= n; i++) { printf "%-62s %8d %9d\n", keys[i], t[keys[i]], f[keys[i]]; tt += t[keys[i]]; ff += f[keys[i]] }
+      printf "%-62s %8d %9d\n", "total", tt, ff
     }' || true
 fi
 exit "$status"

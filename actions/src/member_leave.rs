@@ -59,6 +59,16 @@ async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> 
                 )));
             }
         }
+        if !is_master {
+            // A transfer away from this server may have crashed before every member followed the new master:
+            // finish it first, or a replica could be left following a pod that is gone.
+            if !transfer::is_converged(s, group).await? {
+                notes.push(transfer::converge(s, gid).await?.describe());
+            }
+            if let Some(master) = group.master() {
+                transfer::clear_fence(s, gid, master).await;
+            }
+        }
         tracing::info!(gid, server, "removing server from group");
         match s.dashboard.group_del(gid, server).await {
             Ok(()) => notes.push(format!("removed {server} from group {gid}")),

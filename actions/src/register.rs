@@ -68,11 +68,21 @@ pub async fn ensure_shard(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Resul
     replicas.sort_by_key(|p| p.ordinal());
     for pod in &replicas {
         let server = s.server(pod);
-        if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
+        let stats = s.stats().await?;
+        // Another group's server is never touched (add_server would refuse it too, but after the SLAVEOF).
+        if let Some(other) = stats.group_of_server(&server).filter(|g| g.id != gid) {
+            return Err(Error::Refused(format!(
+                "{server} is registered in group {} but belongs to group {gid}; remove it there first",
+                other.id
+            )));
+        }
+        // A replica first, then listed: Codis never lists a member of the group that is a master of its own (a fresh
+        // pod is one until told otherwise), which readers of replicas and the Pika fork's health loop would see.
+        changed |= s.ensure_follows(&server, &master).await?;
+        if stats.group(gid).is_none_or(|g| g.server(&server).is_none()) {
             add_server(s, gid, &server).await?;
             changed = true;
         }
-        changed |= s.ensure_follows(&server, &master).await?;
     }
     for pod in &replicas {
         s.wait_link_up(&s.server(pod), &master).await?;

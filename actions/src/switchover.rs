@@ -65,6 +65,11 @@ pub async fn run(ctx: &Context) -> Result<String> {
         None
     };
     let mut lock = s.lock_topology().await?;
+    // Whoever held the lock before may have removed the group (a drain) or moved the master already.
+    if s.stats().await?.group_of_server(&me).is_none() {
+        release(&mut lock).await;
+        return Ok(format!("{me} left codis while waiting for the topology lock; nothing to move"));
+    }
     let t = Transfer {
         gid,
         from: me.clone(),

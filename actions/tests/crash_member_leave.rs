@@ -9,9 +9,9 @@
 #[path = "support/attack.rs"]
 mod attack;
 mod rollout;
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -95,6 +95,10 @@ fn member_leave_converges_after_a_crash_before_any_of_its_steps() {
     // other replica and the old master, clear the fence, then the del.
     crash_everywhere(&mut points, 2, 2, 0);
     assert!(replica_points >= 2, "only {replica_points} crash points for a replica: are the hooks wired?");
-    assert!(points.trials() - replica_points >= 7, "only {} crash points for the master", points.trials() - replica_points);
+    assert!(
+        points.trials() - replica_points >= 7,
+        "only {} crash points for the master",
+        points.trials() - replica_points
+    );
     points.finish();
 }

@@ -8,9 +8,9 @@
 
 #[path = "support/attack.rs"]
 mod attack;
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::collections::BTreeMap;
 

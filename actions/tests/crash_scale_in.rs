@@ -5,6 +5,8 @@
 //! owned by a remaining group, balanced, none lost; a further run changes nothing.
 
 mod support;
+#[path = "support/summary.rs"]
+mod summary;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -82,7 +84,7 @@ fn assert_converged(c: &Case, n: usize) {
 
 #[test]
 fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
-    let mut tried = 0;
+    let mut points = summary::Category::new("crash: shard-remove");
     for n in 1..200 {
         let c = case();
         let mut crashing = c.env.clone();
@@ -94,15 +96,18 @@ fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
             break;
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(&format!("crash point {n}")), "run {n} failed without crashing: {}", describe(&out));
-        tried += 1;
         if let Some(line) = stderr.lines().find(|l| l.contains("crash point")) {
             println!("{line}");
         }
-        expire_locks(&c.bed);
-        run_to_completion("shard-remove", &c.env);
-        assert_converged(&c, n);
+        points.trial(format!("crash point {n}"), || {
+            assert!(stderr.contains(&format!("crash point {n}")), "run {n} failed without crashing: {}", describe(&out));
+            expire_locks(&c.bed);
+            run_to_completion("shard-remove", &c.env);
+            assert_converged(&c, n);
+        });
     }
+    let tried = points.trials();
     println!("shard-remove: {tried} crash points tried, every one converged");
     assert!(tried >= 5, "only {tried} crash points were tried: are the fail point hooks wired?");
+    points.finish();
 }

@@ -15,9 +15,9 @@
 #[path = "support/attack.rs"]
 mod attack;
 mod rollout;
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;
@@ -212,7 +212,8 @@ fn dashboard_faults(action: &str) {
     let kinds = [Fault::Status800(INJECTED.into()), Fault::Status500, Fault::Drop];
     let mut errors = Category::new(format!("dashboard 800/500/dropped at each mutation: {action}"));
     // Every distinct mutation meets one kind of failure, in turn; each kind is tried at least once.
-    let trials: Vec<(usize, &Fault)> = (0..paths.len().max(kinds.len())).map(|i| (i % paths.len(), &kinds[i % 3])).collect();
+    let trials: Vec<(usize, &Fault)> =
+        (0..paths.len().max(kinds.len())).map(|i| (i % paths.len(), &kinds[i % 3])).collect();
     for (i, fault) in trials {
         errors.trial(format!("{} on {}", fault_name(fault), paths[i]), || fault_trial(&sc, &paths[i], fault));
     }
@@ -304,7 +305,12 @@ fn a_dashboard_restart_in_the_middle_of_an_action_is_survived_by_a_rerun() {
 
 /// The pikas' roles and what they follow, to show nothing changed.
 fn replication(bed: &Bed) -> Vec<(String, Option<(String, u16, bool)>)> {
-    bed.cluster.shards.iter().flat_map(|s| &s.pods).map(|p| (p.redis.role(), p.redis.master().map(|(h, p, _)| (h, p, true)))).collect()
+    bed.cluster
+        .shards
+        .iter()
+        .flat_map(|s| &s.pods)
+        .map(|p| (p.redis.role(), p.redis.master().map(|(h, p, _)| (h, p, true))))
+        .collect()
 }
 
 #[test]
@@ -376,7 +382,8 @@ fn with_etcd_down_topology_actions_refuse_cleanly_and_role_probe_rejoin_and_topo
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("pika.conf");
     std::fs::write(&config, "port 7001\n").expect("config");
-    let rejoin = with(0, &[("POD_NAME", shard0.pod(1).name.clone()), ("PIKA_CONFIG_FILE", config.display().to_string())]);
+    let rejoin =
+        with(0, &[("POD_NAME", shard0.pod(1).name.clone()), ("PIKA_CONFIG_FILE", config.display().to_string())]);
     let topology = with(0, &[]);
     let master_port = shard0.pod(0).redis.port();
     let groups = format!("{:?}", bed.codis.snapshot().groups);
@@ -446,8 +453,11 @@ fn with_etcd_down_topology_actions_refuse_cleanly_and_role_probe_rejoin_and_topo
         recovered.judge(*action, result.is_ok(), || result.unwrap_err());
     }
     let etcd_after = etcd_entries(&bed);
-    let kept = etcd_before.iter().all(|(k, v)| etcd_after.get(k) == Some(v)) && !etcd_after.keys().any(|k| k.contains("/locks/"));
-    recovered.judge("etcd kept its records and no lock is left", kept, || format!("before {etcd_before:?} after {etcd_after:?}"));
+    let kept = etcd_before.iter().all(|(k, v)| etcd_after.get(k) == Some(v))
+        && !etcd_after.keys().any(|k| k.contains("/locks/"));
+    recovered.judge("etcd kept its records and no lock is left", kept, || {
+        format!("before {etcd_before:?} after {etcd_after:?}")
+    });
     refused.finish();
     unaffected.finish();
     recovered.finish();
@@ -491,7 +501,10 @@ fn a_pika_that_stops_answering_ends_the_run_within_its_budget_and_a_rerun_finish
         let (_, stderr) = texts(&out);
         assert!(stderr.contains(&joining.fqdn) || stderr.contains(&joining.redis.addr()), "names no server: {stderr}");
         no_violations("while it hangs", &watched);
-        assert_eq!(bed.codis.snapshot().master(bed.gid(0).expect("group")), Some(bed.cluster.shards[0].pod(0).server().as_str()));
+        assert_eq!(
+            bed.codis.snapshot().master(bed.gid(0).expect("group")),
+            Some(bed.cluster.shards[0].pod(0).server().as_str())
+        );
         drop(ice);
         env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
         run_until_done("member-join", &env, 10).unwrap_or_else(|e| panic!("rerun: {e}"));
@@ -513,7 +526,11 @@ fn a_pika_that_stops_answering_ends_the_run_within_its_budget_and_a_rerun_finish
             drop(ice);
             env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
             // KubeBlocks calls switchover again (and for the hung pod before restarting it): it finishes the repair.
-            (out, run_until_done("switchover", &env, 10).and_then(|_| run_until_done("switchover", &switchover_env(&bed, 2, None), 10)))
+            (
+                out,
+                run_until_done("switchover", &env, 10)
+                    .and_then(|_| run_until_done("switchover", &switchover_env(&bed, 2, None), 10)),
+            )
         });
         done.unwrap_or_else(|e| panic!("rerun: {e}"));
         no_violations("while pod 2 hangs and after", &watched);
@@ -555,7 +572,10 @@ fn a_replica_that_never_syncs_is_reported_and_never_promoted() {
         let mut env = bed.env(0);
         // Provision the master alone first.
         env.insert("SHARD_POD_FQDNS".into(), bed.cluster.shards[0].pod(0).fqdn.clone());
-        env.insert("ALL_SHARDS_POD_FQDNS".into(), format!("{}:{}", bed.cluster.shards[0].short, bed.cluster.shards[0].pod(0).fqdn));
+        env.insert(
+            "ALL_SHARDS_POD_FQDNS".into(),
+            format!("{}:{}", bed.cluster.shards[0].short, bed.cluster.shards[0].pod(0).fqdn),
+        );
         run_until_done("post-provision", &env, 10).expect("post-provision");
         let joining = bed.cluster.shards[0].pod(1);
         let _ = joining.redis.command(&["CONFIG", "SET", "masterauth", "not-the-password"]);
@@ -633,7 +653,10 @@ fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses
         let (out, watched) = watch(&bed, || run("shard-remove", &env));
         assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
         no_violations("while failing", &watched);
-        assert!(bed.codis.snapshot().group(leaving).is_some_and(|g| !g.servers.is_empty()), "servers deleted too early");
+        assert!(
+            bed.codis.snapshot().group(leaving).is_some_and(|g| !g.servers.is_empty()),
+            "servers deleted too early"
+        );
         bed.codis.clear_slot_error(theirs[0]);
         env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
         let (done, watched) = watch(&bed, || run_until_done("shard-remove", &env, 10));

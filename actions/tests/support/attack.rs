@@ -232,7 +232,8 @@ pub fn watch<T>(bed: &Bed, f: impl FnOnce() -> T) -> (T, Watched) {
                             seen.two_masters += 1;
                         }
                         if masters.len() > 2 {
-                            seen.violations.push(format!("group {gid}: {} pika masters at once: {masters:?}", masters.len()));
+                            seen.violations
+                                .push(format!("group {gid}: {} pika masters at once: {masters:?}", masters.len()));
                         }
                     }
                 }
@@ -260,12 +261,7 @@ pub fn watch<T>(bed: &Bed, f: impl FnOnce() -> T) -> (T, Watched) {
     })
 }
 
-fn check_codis(
-    snap: &testbed::Snapshot,
-    total: usize,
-    owned: &mut BTreeSet<usize>,
-    violations: &mut Vec<String>,
-) {
+fn check_codis(snap: &testbed::Snapshot, total: usize, owned: &mut BTreeSet<usize>, violations: &mut Vec<String>) {
     if snap.slots.len() != total {
         violations.push(format!("{} slots instead of {total}", snap.slots.len()));
     }
@@ -282,7 +278,8 @@ fn check_codis(
             }
         }
         if !slot.action.state.is_nothing() && !groups.contains(&slot.action.target_id) {
-            violations.push(format!("slot {} migrates to group {}, which does not exist", slot.id, slot.action.target_id));
+            violations
+                .push(format!("slot {} migrates to group {}, which does not exist", slot.id, slot.action.target_id));
         }
     }
     let mut listed: BTreeMap<&str, u32> = BTreeMap::new();
@@ -341,7 +338,9 @@ impl Writer {
                 };
                 let Some(addr) = overrides.get(&master).cloned() else { continue };
                 if conn.as_ref().is_none_or(|(a, _)| *a != addr) {
-                    conn = Resp::connect(&addr, password.as_deref(), Duration::from_secs(2)).ok().map(|c| (addr.clone(), c));
+                    conn = Resp::connect(&addr, password.as_deref(), Duration::from_secs(2))
+                        .ok()
+                        .map(|c| (addr.clone(), c));
                 }
                 let Some((_, c)) = conn.as_mut() else { continue };
                 done.sent += 1;

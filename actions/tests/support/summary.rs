@@ -30,7 +30,8 @@ pub fn record(category: &str, trials: usize, failures: usize) {
         serde_json::Value::from(category)
     );
     // One write of a short line to a file opened for appending: lines of parallel tests never interleave.
-    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{binary}.jsonl")))
+    if let Ok(mut file) =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{binary}.jsonl")))
     {
         let _ = file.write_all(line.as_bytes());
     }
@@ -74,6 +75,14 @@ impl Category {
         self.trials += 1;
         if !ok {
             self.failures.push(format!("{label}: {}", why()));
+        }
+    }
+
+    /// Counts `n` generated cases (a property test) as trials, one of them failed when `failure` is given.
+    pub fn cases(&mut self, label: impl Display, n: usize, failure: Option<String>) {
+        self.trials += n;
+        if let Some(why) = failure {
+            self.failures.push(format!("{label}: {why}"));
         }
     }
 
