@@ -8,6 +8,8 @@
 
 mod rollout;
 mod support;
+#[path = "support/summary.rs"]
+mod summary;
 
 use std::time::Duration;
 
@@ -73,6 +75,8 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
         tried.push((n, what));
     }
     assert!(completed, "the switchover never completed within 40 crash points");
+    // Every point above converged (a failure panics inside the loop): count them in the suite's table.
+    summary::record("crash: switchover", tried.len(), 0);
     assert!(between_fence_and_promote, "no crash point between the fence and the promote: {tried:?}");
     assert!(
         tried.len() >= MINIMUM_POINTS,

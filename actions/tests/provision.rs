@@ -249,3 +249,24 @@ fn rejoin_on_a_fresh_cluster_changes_nothing() {
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), before);
     assert!(bed.mutations().is_empty());
 }
+
+#[test]
+fn under_the_pika_fork_registration_waits_until_the_dashboard_reports_the_replicas_as_slaves() {
+    // The fork's health loop fills each server's role and state; registration is done only when they agree with
+    // what the pikas report (master at index 0, replicas `slave` in state 0).
+    let opts = testbed::DoubleOptions { fork: true, ..testbed::DoubleOptions::default() };
+    let bed = Bed::with(support::ClusterFixture::new(2, 2), opts);
+    run_to_completion("post-provision", &bed.env(0));
+    for i in 0..2 {
+        bed.assert_registered(i, 0);
+        let gid = bed.gid(i).unwrap();
+        let snap = bed.codis.snapshot();
+        let group = snap.group(gid).unwrap();
+        for server in &group.servers[1..] {
+            assert_eq!(server.role.as_deref(), Some("slave"), "{}", server.server);
+            assert_eq!(server.state, Some(0), "{}", server.server);
+        }
+    }
+    let gids = all_gids(&bed);
+    bed.assert_balanced(&gids);
+}
