@@ -38,7 +38,7 @@ pub mod shard_remove;
 pub mod switchover;
 pub mod topology;
 
-use cli::{Action, Cli, Command};
+use cli::{Cli, Command};
 use context::Context;
 use error::{Error, Result};
 use event::Event;
@@ -97,10 +97,4 @@ pub fn init_logging(cli: &Cli) {
         .with_ansi(false);
     // A second initialisation (tests calling in-process) is harmless.
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
-}
-
-/// The name of an action, for callers that hold only the CLI.
-#[must_use]
-pub fn action_name(action: &Action) -> &'static str {
-    action.name()
 }
