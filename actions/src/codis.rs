@@ -568,6 +568,23 @@ impl Stats {
         self.group.stats.iter().find(|(k, _)| k.eq_ignore_ascii_case(addr)).map(|(_, v)| v)
     }
 
+    /// The first registered proxy the dashboard cannot reach, and why. Every slot transition and every promote waits
+    /// for every proxy, so such a proxy stalls them (a proxy the stats loop has not reached yet counts as alive).
+    #[must_use]
+    pub fn unreachable_proxy(&self) -> Option<(&Proxy, String)> {
+        self.proxy.models.iter().find_map(|proxy| {
+            let entry = self.proxy.stats.get(&proxy.token)?;
+            let why = match (&entry.error, entry.timeout) {
+                (Some(e), _) if !e.is_null() => {
+                    e.get("Cause").and_then(|c| c.as_str()).map_or_else(|| e.to_string(), str::to_owned)
+                }
+                (_, Some(true)) => "its stats request timed out".to_owned(),
+                _ => return None,
+            };
+            Some((proxy, why))
+        })
+    }
+
     /// The proxy whose admin API is at `admin_addr`.
     #[must_use]
     pub fn proxy_by_admin_addr(&self, admin_addr: &str) -> Option<&Proxy> {

@@ -195,16 +195,7 @@ pub fn assess(
         if let Some(group) = also_leaving.iter().chain(&targets).find_map(|&g| promoting(g)) {
             return Err(promotion(group));
         }
-        for proxy in &stats.proxy.models {
-            // A proxy the stats loop has not reached yet has no entry: unknown, not dead.
-            let Some(entry) = stats.proxy.stats.get(&proxy.token) else { continue };
-            let why = match (&entry.error, entry.timeout) {
-                (Some(e), _) if !e.is_null() => {
-                    e.get("Cause").and_then(|c| c.as_str()).map_or_else(|| e.to_string(), str::to_owned)
-                }
-                (_, Some(true)) => "its stats request timed out".to_owned(),
-                _ => continue,
-            };
+        if let Some((proxy, why)) = stats.unreachable_proxy() {
             return Err(Refusal::ProxyUnreachable { addr: proxy.admin_addr.clone(), token: proxy.token.clone(), why });
         }
         masters = std::iter::once(gid)

@@ -285,6 +285,15 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
         let why = describe_basis(&choice, t.rollout, fenced.as_deref());
         tracing::info!(gid, from = %master, to = %to, basis = %why, "transferring the master");
 
+        // A promote pushes the group's slots to every proxy; one the dashboard cannot reach would leave it stuck in
+        // `preparing` with the group locked. Refuse before anything is written.
+        if let Some((proxy, why)) = stats.unreachable_proxy() {
+            return Err(Error::Refused(format!(
+                "codis cannot reach proxy {} ({why}): a promote of group {gid} would stall; bring the proxy back or \
+                 remove it first; nothing was changed",
+                proxy.admin_addr
+            )));
+        }
         write_fence(s, gid, fence.as_ref(), &to).await?;
         catch_up(s, &master, &to).await;
 

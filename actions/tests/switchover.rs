@@ -358,3 +358,32 @@ fn topology_shows_every_group_flags_a_second_master_and_a_replica_switchover_rep
     let out = run("topology", &bed.env(0));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }
+
+#[test]
+fn a_proxy_codis_cannot_reach_refuses_the_transfer_before_anything_is_written() {
+    // A promote pushes the group's slots to every proxy; with one dead it would stall in `preparing`.
+    let bed = bed_with_master(2, 0);
+    let proxy = testbed::ProxyDouble::start(bed.codis.product());
+    let x = bed.codis.xauth().to_owned();
+    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/online/{x}/{}", proxy.addr())).is_ok());
+    proxy.stop();
+    let token = proxy.token();
+    assert!(bed
+        .codis
+        .wait_for(Duration::from_secs(5), |s| s.proxy_stats.get(&token).is_some_and(|e| e.error.is_some()))
+        .is_some());
+    bed.codis.clear_requests();
+    let out = run("switchover", &switchover_env(&bed, 0, None));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(stderr.contains(&proxy.admin_addr()) && stderr.contains("nothing was changed"), "{stderr}");
+    assert!(bed.mutations().is_empty(), "{:?}", bed.mutations());
+    assert_eq!(fence(&bed, None), None);
+    assert_eq!(codis_master(&bed), 0);
+
+    // Once the dead proxy is removed, the same call transfers the master.
+    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/remove/{x}/{token}/1")).is_ok());
+    let out = run("switchover", &switchover_env(&bed, 0, None));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(codis_master(&bed), 1);
+}
