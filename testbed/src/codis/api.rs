@@ -420,6 +420,12 @@ async fn group_add(sh: &Shared, x: &str, gid: &str, addr: &str, dc: &str) -> Res
     sh.state().topo.group_add_server(gid, dc, addr)
 }
 
+/// Per-proxy views of every slot of group `gid`, ready to push: what a resync of that group sends.
+pub(crate) fn group_batches(topo: &Topo, gid: u32) -> Vec<(Proxy, Vec<Slot>)> {
+    let mappings: Vec<SlotMapping> = topo.slots_of_group(gid).into_iter().map(|s| topo.slots[s]).collect();
+    batches(topo, &mappings)
+}
+
 /// Per-proxy views of `mappings` in `topo`, ready to push.
 pub(crate) fn batches(topo: &Topo, mappings: &[SlotMapping]) -> Vec<(Proxy, Vec<Slot>)> {
     topo.proxies
@@ -475,16 +481,7 @@ async fn group_resync(sh: &Shared, x: &str, gid: Option<&str>) -> Result<(), Api
     };
     let _op = sh.op.lock().await;
     for gid in gids {
-        let batch = {
-            let st = sh.state();
-            let mappings: Vec<SlotMapping> = st
-                .topo
-                .slots_of_group(gid)
-                .into_iter()
-                .map(|s| st.topo.slots[s])
-                .collect();
-            batches(&st.topo, &mappings)
-        };
+        let batch = group_batches(&sh.state().topo, gid);
         push(sh, batch).await?;
         if let Some(g) = sh.state().topo.groups.get_mut(&gid) {
             g.out_of_sync = false;
@@ -590,16 +587,7 @@ async fn group_promote(sh: &Shared, x: &str, gid: &str, addr: &str) -> Result<()
         }
     }
     if state_of(sh) == PromotingState::Finished {
-        let batch = {
-            let st = sh.state();
-            let mappings: Vec<SlotMapping> = st
-                .topo
-                .slots_of_group(gid)
-                .into_iter()
-                .map(|s| st.topo.slots[s])
-                .collect();
-            batches(&st.topo, &mappings)
-        };
+        let batch = group_batches(&sh.state().topo, gid);
         push(sh, batch).await?;
         if let Some(g) = sh.state().topo.groups.get_mut(&gid) {
             g.promoting = Promoting::default();

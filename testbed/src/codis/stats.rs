@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::api::{batches, fetch_info, push, reinit, set_master};
+use super::api::{group_batches, fetch_info, push, reinit, set_master};
 use super::model::{
-    Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats, SlotMapping,
+    Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats,
 };
 use super::proxy_client::ProxyClient;
 use super::wire::{self, ApiError};
@@ -319,16 +319,7 @@ async fn fail_over(sh: &Shared, gid: u32) {
             tracing::warn!("group-[{gid}] re-point {other} to {new_master} failed: {e}");
         }
     }
-    let batch = {
-        let st = sh.state();
-        let mappings: Vec<SlotMapping> = st
-            .topo
-            .slots_of_group(gid)
-            .into_iter()
-            .map(|s| st.topo.slots[s])
-            .collect();
-        batches(&st.topo, &mappings)
-    };
+    let batch = group_batches(&sh.state().topo, gid);
     if let Err(e) = push(sh, batch).await {
         tracing::warn!("group-[{gid}] resync after failover failed: {e}");
     }
