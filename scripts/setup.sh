@@ -5,6 +5,8 @@ set -euo pipefail
 
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# etcd-client's build imports the well-known types (google/protobuf/*.proto), which only libprotobuf-dev ships.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # The chart tests (tests/, chart-tests) build tests/chart-render from Go's text/template and the libraries Helm is made
