@@ -5,8 +5,8 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use chart_tests::helm::{helm, Options};
 use chart_tests::manifest::{array_at, containers, def_matches, exec_actions, find, of_kind, str_at, Doc};
-use chart_tests::render::{renderer, Options};
 use clap::CommandFactory;
 use serde_json::Value;
 use support::{addon, addon_cr, addon_dir, cluster, cluster_dir, cmpd, examples, LINES};
@@ -833,7 +833,7 @@ fn codis_proxies_register_a_stable_address_and_leave_the_dashboard_when_they_sto
 #[test]
 fn clusters_are_named_after_their_release_and_coexist_in_and_across_namespaces() {
     let render = |name: &str, ns: &str| {
-        renderer().render(&cluster_dir(), &Options::release(name, ns)).unwrap_or_else(|e| panic!("{e}"))
+        helm().render(&cluster_dir(), &Options::release(name, ns)).unwrap_or_else(|e| panic!("{e}"))
     };
     let mut seen = BTreeSet::new();
     for (name, ns) in [("alpha", "team-a"), ("beta", "team-a"), ("alpha", "team-b")] {
@@ -848,9 +848,9 @@ fn clusters_are_named_after_their_release_and_coexist_in_and_across_namespaces()
             );
         }
     }
-    let long = renderer().render(&cluster_dir(), &Options::release("a-very-long-cluster-name", "x"));
+    let long = helm().render(&cluster_dir(), &Options::release("a-very-long-cluster-name", "x"));
     assert!(long.is_err_and(|e| e.contains("longer than 16")), "long names are refused at render time");
-    let upper = renderer().render(&cluster_dir(), &Options::release("Pika", "x"));
+    let upper = helm().render(&cluster_dir(), &Options::release("Pika", "x"));
     assert!(upper.is_err(), "upper-case names are refused");
     // The addon's namespaced objects are in the release namespace; its definitions are cluster-scoped.
     for d in addon("1.0") {
@@ -990,7 +990,7 @@ fn every_helper_is_named_after_its_chart_and_documented() {
 
 #[test]
 fn the_addon_object_installs_this_chart_version() {
-    let chart = renderer().yaml_to_json(&[addon_dir().join("Chart.yaml")]).expect("Chart.yaml");
+    let chart = helm().yaml_files(&[addon_dir().join("Chart.yaml")]).expect("Chart.yaml");
     let chart = &chart[0].object;
     let cr = &addon_cr().object;
     let version = str_at(chart, "version");
@@ -1005,7 +1005,7 @@ fn the_addon_object_installs_this_chart_version() {
     let url = str_at(cr, "spec.helm.chartLocationURL");
     assert!(url.ends_with(&format!("/{}-{version}.tgz", str_at(chart, "name"))), "chart URL {url}");
     for set in strings(array_at(cr, "spec.helm.installValues.setValues")) {
-        let ok = renderer().render(&addon_dir(), &Options::default().set(set));
+        let ok = helm().render(&addon_dir(), &Options::default().set(set));
         assert!(ok.is_ok(), "installValues {set}: {ok:?}");
     }
 }

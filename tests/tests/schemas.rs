@@ -5,8 +5,8 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use chart_tests::helm::{helm, summary, Options};
 use chart_tests::manifest::{find, Doc};
-use chart_tests::render::{renderer, summary, Options};
 use chart_tests::schema::schemas;
 use chart_tests::SCHEMA_VERSIONS;
 use serde_json::{json, Value};
@@ -16,7 +16,7 @@ fn assert_valid(what: &str, docs: &[Doc]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
     let mut problems = Vec::new();
     for version in SCHEMA_VERSIONS {
-        let (with_crd, p) = schemas(version).validate_all(docs);
+        let (with_crd, p, _) = schemas(version).validate_all(docs);
         counts.insert(version, with_crd);
         problems.extend(p);
     }
@@ -68,7 +68,7 @@ fn every_addon_object_of_both_lines_validates_against_both_schema_versions() {
 #[test]
 fn the_cluster_chart_validates_against_both_schema_versions() {
     assert_valid("clusterdefs (defaults)", cluster());
-    let other = renderer()
+    let other = helm()
         .render(
             &cluster_dir(),
             &Options::release("big", "prod")

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use chart_tests::helm::{helm, Options};
 use chart_tests::manifest::Doc;
-use chart_tests::render::{renderer, Options};
 use chart_tests::repo_root;
 
 /// The addon chart's directory.
@@ -31,7 +31,7 @@ pub fn addon(line: &str) -> &'static [Doc] {
         other => panic!("no KubeBlocks line {other}"),
     };
     cell.get_or_init(|| {
-        renderer()
+        helm()
             .render(&addon_dir(), &Options::release("pika", "kb-system").set(&format!("kubeblocksLine={line}")))
             .unwrap_or_else(|e| panic!("addon ({line}) does not render: {e}"))
     })
@@ -41,7 +41,7 @@ pub fn addon(line: &str) -> &'static [Doc] {
 pub fn cluster() -> &'static [Doc] {
     static DOCS: OnceLock<Vec<Doc>> = OnceLock::new();
     DOCS.get_or_init(|| {
-        renderer()
+        helm()
             .render(&cluster_dir(), &Options::release("mycluster", "demo"))
             .unwrap_or_else(|e| panic!("cluster chart does not render: {e}"))
     })
@@ -58,7 +58,7 @@ pub fn examples() -> &'static [Doc] {
             .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
             .collect();
         files.sort();
-        renderer().yaml_to_json(&files).unwrap_or_else(|e| panic!("examples do not parse: {e}"))
+        helm().yaml_files(&files).unwrap_or_else(|e| panic!("examples do not parse: {e}"))
     })
 }
 
@@ -66,8 +66,8 @@ pub fn examples() -> &'static [Doc] {
 pub fn addon_cr() -> &'static Doc {
     static DOC: OnceLock<Doc> = OnceLock::new();
     DOC.get_or_init(|| {
-        let docs = renderer()
-            .yaml_to_json(&[addon_dir().join("kubeblocks-addon.yaml")])
+        let docs = helm()
+            .yaml_files(&[addon_dir().join("kubeblocks-addon.yaml")])
             .unwrap_or_else(|e| panic!("kubeblocks-addon.yaml: {e}"));
         assert_eq!(docs.len(), 1, "kubeblocks-addon.yaml holds one object");
         docs.into_iter().next().expect("one object")
