@@ -247,6 +247,15 @@ fn the_topology_the_sharding_definition_and_the_cluster_chart_agree() {
     }
 }
 
+/// The arguments each action passes after its subcommand (decision: the 1.1 component postProvision registers only
+/// its own shard).
+fn action_arguments(def_kind: &str, action: &str, line: &str) -> &'static [&'static str] {
+    match (def_kind, action, line) {
+        ("ComponentDefinition", "postProvision", "1.1") => &["--own-shard"],
+        _ => &[],
+    }
+}
+
 #[test]
 fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
     let subs = subcommands();
@@ -254,18 +263,31 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
         let docs = addon(line);
         let group = &cmpd(docs, "pika-group-").object;
         let sharding = &of_kind(docs, "ShardingDefinition").next().expect("ShardingDefinition").object;
+        let budget: i64 = str_at(var(group, "ACTION_BUDGET_SECONDS"), "value").parse().expect("a number");
         let mut images = BTreeSet::new();
         let mut exec_containers = BTreeSet::new();
         let mut seen = BTreeSet::new();
         for def in [group, sharding] {
+            let def_kind = str_at(def, "kind");
             for (name, action) in exec_actions(def) {
                 let command = strings(array_at(action, "exec.command"));
                 let (_, want) = ACTION_SUBCOMMANDS
                     .iter()
                     .find(|(a, _)| *a == name)
                     .unwrap_or_else(|| panic!("line {line}: unexpected action {name}"));
-                assert_eq!(command, [ACTION_BIN, want], "line {line}: {name} must run `pika-action {want}`");
+                let mut argv = vec![ACTION_BIN, *want];
+                argv.extend(action_arguments(def_kind, &name, line));
+                assert_eq!(
+                    command,
+                    argv,
+                    "line {line}: {def_kind} {name} must run `pika-action {}`",
+                    argv[1..].join(" ")
+                );
                 assert!(subs.contains(*want), "line {line}: pika-action has no subcommand {want}: {subs:?}");
+                // The binary accepts exactly this command line.
+                if let Err(e) = <pika_action::cli::Cli as clap::Parser>::try_parse_from(&command) {
+                    panic!("line {line}: {def_kind} {name}: pika-action refuses {command:?}: {e}");
+                }
                 assert!(array_at(action, "exec.args").is_empty(), "{name}: no extra arguments");
                 images.insert(str_at(action, "exec.image").to_owned());
                 if let Some(c) = action["exec"].get("container") {
@@ -277,12 +299,17 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
                     assert!((1..=2).contains(&period), "roleProbe every {period}s: must be 1-2 s");
                     assert!((1..=period + 2).contains(&timeout), "roleProbe timeout {timeout}s");
                 } else {
+                    // KubeBlocks: 0 means 30 s and a blocking call is cut at 60 s; the budget ends the work first.
                     assert!((1..=60).contains(&timeout), "line {line}: {name} timeout {timeout}s not within 1-60 s");
-                    let budget: i64 = str_at(var(group, "ACTION_BUDGET_SECONDS"), "value").parse().expect("a number");
                     assert!(
                         budget < timeout && budget >= timeout - 15,
-                        "budget {budget}s vs timeout {timeout}s of {name}"
+                        "line {line}: budget {budget}s vs timeout {timeout}s of {name}"
                     );
+                    assert!(action.get("retryPolicy").is_none(), "{name}: retryPolicy is ignored before main");
+                }
+                if name == "switchover" {
+                    // Switchover gets one call: its whole budget, with room to confirm the transfer, fits in it.
+                    assert!(budget + 5 <= timeout, "line {line}: switchover budget {budget}s in a {timeout}s call");
                 }
                 let pre = str_at(action, "preCondition");
                 if ["memberJoin", "memberLeave", "switchover"].contains(&name.as_str()) {
@@ -292,25 +319,29 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
                     );
                 }
                 assert_ne!(pre, "ClusterReady", "line {line}: {name}: ClusterReady cannot be met by sharding actions");
-                assert!(seen.insert(name.clone()), "line {line}: {name} defined twice");
+                assert!(seen.insert(format!("{def_kind}.{name}")), "line {line}: {def_kind} {name} defined twice");
             }
         }
         assert_eq!(images.len(), 1, "line {line}: one exec image per component, sharding actions included: {images:?}");
         assert!(exec_containers.len() <= 1, "line {line}: one exec container: {exec_containers:?}");
         let image = images.into_iter().next().expect("an image");
         assert_eq!(str_at(container(group, "install-pika-action"), "image"), image, "the binary copied for rejoin");
-        let expected: &[&str] = match line {
-            "1.0" => &["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "preTerminate"],
-            _ => &["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "shardAdd", "shardRemove"],
+        let component = ["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "preTerminate"]
+            .map(|a| format!("ComponentDefinition.{a}"));
+        let expected: BTreeSet<String> = match line {
+            "1.0" => component.into_iter().collect(),
+            _ => component
+                .into_iter()
+                .chain(["postProvision", "shardAdd", "shardRemove"].map(|a| format!("ShardingDefinition.{a}")))
+                .collect(),
         };
-        assert_eq!(seen, expected.iter().map(|s| (*s).to_owned()).collect(), "line {line}: actions");
-        let group_actions: BTreeSet<String> = exec_actions(group).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(seen, expected, "line {line}: actions");
         let sharding_actions: BTreeSet<String> = exec_actions(sharding).into_iter().map(|(n, _)| n).collect();
+        // The shard's own postProvision waits for its pods on both lines; so do the sharding actions on 1.1.
+        assert_eq!(group["spec"]["lifecycleActions"]["postProvision"]["preCondition"], "RuntimeReady");
         if line == "1.0" {
             assert!(sharding_actions.is_empty(), "1.0.x runs no sharding action: {sharding_actions:?}");
-            assert_eq!(group["spec"]["lifecycleActions"]["postProvision"]["preCondition"], "RuntimeReady");
         } else {
-            assert!(!group_actions.contains("postProvision") && !group_actions.contains("preTerminate"));
             for a in ["shardAdd", "postProvision"] {
                 assert_eq!(sharding["spec"]["lifecycleActions"][a]["preCondition"], "RuntimeReady", "{a}");
             }
@@ -1054,4 +1085,90 @@ fn the_addon_readme_documents_every_operation_with_existing_files() {
     }
     let examples_count = std::fs::read_dir(cluster_dir().join("examples")).expect("examples").count();
     assert!(mentioned >= examples_count, "README mentions {mentioned} example files of {examples_count}");
+}
+
+#[test]
+fn every_kubeblocks_definition_names_the_api_version_it_was_written_for() {
+    // KubeBlocks reconciles a ClusterDefinition, ComponentDefinition, ComponentVersion or ShardingDefinition only
+    // when its annotation kubeblocks.io/crd-api-version is set (to the API it was written for).
+    const RECONCILED: &[&str] = &["ClusterDefinition", "ComponentDefinition", "ComponentVersion", "ShardingDefinition"];
+    for line in LINES {
+        let mut checked = 0;
+        for d in addon(line).iter().filter(|d| RECONCILED.contains(&d.kind())) {
+            assert_eq!(
+                d.object["metadata"]["annotations"]["kubeblocks.io/crd-api-version"].as_str(),
+                Some(d.api_version()),
+                "line {line}: {}/{} ({})",
+                d.kind(),
+                d.name(),
+                d.source
+            );
+            checked += 1;
+        }
+        assert_eq!(
+            checked, 12,
+            "line {line}: 1 ClusterDefinition, 5 ComponentDefinitions, 5 ComponentVersions, 1 ShardingDefinition"
+        );
+    }
+}
+
+#[test]
+fn no_var_on_the_1_0_line_requires_all_component_objects() {
+    // On 1.0.x requireAllComponentObjects wants exactly as many components as the Cluster's spec: a scale-in (the
+    // leaving shard still exists) or a deletion never resolves the var, and the shard's preTerminate never runs.
+    for line in LINES {
+        for d in of_kind(addon(line), "ComponentDefinition") {
+            for v in array_at(&d.object, "spec.vars") {
+                let Some(Value::Object(from)) = v.get("valueFrom") else { continue };
+                for r in from.values() {
+                    let require = &r["multipleClusterObjectOption"]["requireAllComponentObjects"];
+                    if line == "1.0" {
+                        assert!(
+                            require.is_null() || require == false,
+                            "line 1.0: {} var {} requires all component objects",
+                            d.name(),
+                            v["name"]
+                        );
+                    }
+                }
+            }
+        }
+        let group = &cmpd(addon(line), "pika-group-").object;
+        let all = &var(group, "ALL_SHARDS_POD_FQDNS")["valueFrom"]["componentVarRef"]["multipleClusterObjectOption"];
+        match line {
+            "1.0" => assert!(all.get("requireAllComponentObjects").is_none(), "line 1.0: {all}"),
+            _ => assert_eq!(all["requireAllComponentObjects"], true, "line {line}: every shard is awaited"),
+        }
+    }
+}
+
+#[test]
+fn the_pika_pods_may_read_what_pika_action_asks_kubernetes_and_nothing_more() {
+    for line in LINES {
+        let group = &cmpd(addon(line), "pika-group-").object;
+        let mut rules: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for r in array_at(group, "spec.policyRules") {
+            for g in strings(array_at(r, "apiGroups")) {
+                for res in strings(array_at(r, "resources")) {
+                    for verb in strings(array_at(r, "verbs")) {
+                        rules.insert((g.to_owned(), res.to_owned(), verb.to_owned()));
+                    }
+                }
+            }
+        }
+        let want: BTreeSet<(String, String, String)> = [
+            // pre-terminate: is the Cluster being deleted (deletionTimestamp, or gone)?
+            ("apps.kubeblocks.io", "clusters", "get"),
+            // switchover and member-leave: rollout facts of the shard's pods.
+            ("", "pods", "get"),
+            ("", "pods", "list"),
+            ("workloads.kubeblocks.io", "instancesets", "get"),
+            // Events for operators.
+            ("", "events", "create"),
+        ]
+        .into_iter()
+        .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(rules, want, "line {line}: policyRules");
+    }
 }
