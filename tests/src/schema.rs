@@ -405,7 +405,11 @@ impl Walk<'_> {
                 });
             }
         }
-        let join = |base: &str, seg: &str| if base.is_empty() { seg.to_owned() } else { format!("{base}.{seg}") };
+        let join = |base: &str, seg: &str| match seg {
+            _ if base.is_empty() => seg.to_owned(),
+            "[]" | "{}" => format!("{base}{seg}"),
+            _ => format!("{base}.{seg}"),
+        };
         match node {
             Value::Object(m) => {
                 let props = schema.get("properties").and_then(Value::as_object);

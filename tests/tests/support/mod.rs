@@ -81,3 +81,72 @@ pub fn cmpd<'a>(docs: &'a [Doc], prefix: &str) -> &'a Doc {
     assert_eq!(found.len(), 1, "expected one ComponentDefinition named {prefix}*, found {}", found.len());
     found[0]
 }
+
+/// A named set of values for one of the charts.
+pub struct ValueSet {
+    /// What it is, for messages.
+    pub name: &'static str,
+    /// `--set` assignments.
+    pub set: &'static [&'static str],
+}
+
+/// Value sets of the addon chart, each rendered for both lines.
+pub const ADDON_VALUE_SETS: &[ValueSet] = &[
+    ValueSet { name: "defaults", set: &[] },
+    ValueSet {
+        name: "own registry and image tags",
+        set: &[
+            "image.registry=registry.example.com",
+            "image.action.tag=0.1.0-rc.1",
+            "image.etcd.registry=mirror.example.com",
+        ],
+    },
+    ValueSet { name: "shorter actions", set: &["action.timeoutSeconds=40", "action.budgetSeconds=30"] },
+    ValueSet { name: "debug logs", set: &["codis.logLevel=DEBUG", "exporter.logLevel=debug", "etcd.logLevel=debug"] },
+];
+
+/// Value sets of the cluster chart (release `mycluster` in `demo`).
+pub const CLUSTER_VALUE_SETS: &[ValueSet] = &[
+    ValueSet { name: "defaults", set: &[] },
+    ValueSet {
+        name: "one shard of one pod",
+        set: &["shards=1", "replicas=1", "etcd.replicas=1", "codisProxy.replicas=1"],
+    },
+    ValueSet {
+        name: "many shards",
+        set: &[
+            "shards=64",
+            "replicas=3",
+            "storage=100Gi",
+            "storageClassName=fast",
+            "etcd.replicas=5",
+            "etcd.storage=2Gi",
+            "codisProxy.replicas=4",
+            "codisFe.replicas=0",
+            "monitoring=false",
+        ],
+    },
+    ValueSet {
+        name: "password from a Secret",
+        set: &["passwordSecret=mycluster-password", "terminationPolicy=WipeOut"],
+    },
+    ValueSet { name: "name override", set: &["nameOverride=pika-prod"] },
+];
+
+/// A chart rendered with a value set, as `helm template <release> <chart> -n <namespace> --set ...`.
+pub fn render_with(chart: &std::path::Path, release: &str, namespace: &str, set: &[&str]) -> Vec<Doc> {
+    let mut opts = Options::release(release, namespace);
+    for s in set {
+        opts = opts.set(s);
+    }
+    helm().render(chart, &opts).unwrap_or_else(|e| panic!("{} with {set:?} does not render: {e}", chart.display()))
+}
+
+/// The KubeBlocks CRD schemas a line's rendering is for: v1.0.2 for 1.0, main for 1.1.
+pub fn schema_version_of(line: &str) -> &'static str {
+    match line {
+        "1.0" => "v1.0.2",
+        "1.1" => "main",
+        other => panic!("no KubeBlocks line {other}"),
+    }
+}
