@@ -244,3 +244,24 @@ fn installing_the_addon_for_the_other_line_than_the_running_kubeblocks_fails_nam
     install_on("1.0", vec![json!({"metadata": {"name": "other", "namespace": "kb-system"}})]).expect("no labels");
     install_on("1.1", vec![]).expect("no KubeBlocks here");
 }
+
+#[test]
+fn every_helm_install_and_upgrade_of_the_readme_renders() {
+    let mut commands = support::readme_commands("helm install");
+    commands.extend(support::readme_commands("helm upgrade"));
+    assert!(commands.len() >= 4, "the README shows helm install and upgrade: {commands:?}");
+    let root = chart_tests::repo_root();
+    for words in commands {
+        let mut args = vec!["template".to_owned()];
+        for w in &words[2..] {
+            match w.as_str() {
+                // helm template has no stored release to reuse: the chart's values stand in for it.
+                "--reuse-values" => {}
+                chart if chart.starts_with("./") => args.push(root.join(&chart[2..]).display().to_string()),
+                other => args.push(other.to_owned()),
+            }
+        }
+        let out = helm().run(&args, &[]).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        assert!(out.contains("kind: "), "{words:?} renders nothing");
+    }
+}

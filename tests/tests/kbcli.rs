@@ -224,3 +224,36 @@ fn a_schema_kbcli_cannot_fill_fails_as_kbcli_fails() {
     let err = kbcli_create(&chart, "pika-demo", "demo", &[]).expect_err("an empty etcd storage size");
     assert!(err.contains("etcd.storage"), "{err}");
 }
+
+#[test]
+fn every_kbcli_cluster_create_of_the_readme_creates_a_valid_cluster() {
+    let commands = support::readme_commands("kbcli cluster create pika");
+    assert!(commands.len() >= 2, "the README shows kbcli cluster create: {commands:?}");
+    for words in commands {
+        let name = words[4].as_str();
+        let mut namespace = "default";
+        let mut given: Vec<(&str, &str)> = Vec::new();
+        let mut i = 5;
+        while i < words.len() {
+            match words[i].as_str() {
+                "-n" | "--namespace" => {
+                    namespace = &words[i + 1];
+                    i += 1;
+                }
+                flag => {
+                    let (k, v) = flag
+                        .strip_prefix("--")
+                        .and_then(|f| f.split_once('='))
+                        .unwrap_or_else(|| panic!("README: write flags as --name=value: {flag}"));
+                    given.push((k, v));
+                }
+            }
+            i += 1;
+        }
+        let docs = kbcli_create(&cluster_dir(), name, namespace, &given).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        let c = find(&docs, "Cluster", name);
+        for version in SCHEMA_VERSIONS {
+            schemas(version).validate(&c.object).unwrap_or_else(|e| panic!("{words:?} [{version}]: {e:?}"));
+        }
+    }
+}

@@ -150,3 +150,35 @@ pub fn schema_version_of(line: &str) -> &'static str {
         other => panic!("no KubeBlocks line {other}"),
     }
 }
+
+/// The shell commands of addon/README.md's code blocks that start with `prefix`, continuation lines joined and
+/// trailing comments dropped, split into words.
+pub fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(addon_dir().join("README.md")).expect("addon/README.md");
+    let mut in_block = false;
+    let mut joined: Vec<String> = Vec::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let code = line.split(" #").next().unwrap_or_default().trim_end();
+        if let Some(head) = code.strip_suffix('\\') {
+            pending.push_str(head);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(code);
+        joined.push(std::mem::take(&mut pending));
+    }
+    joined
+        .into_iter()
+        .flat_map(|l| l.split("&&").map(str::trim).map(str::to_owned).collect::<Vec<_>>())
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
