@@ -248,3 +248,33 @@ fn an_apiversion_a_line_does_not_serve_is_rejected() {
     let errs = schemas("main").validate(&obj).expect_err("main serves apps.kubeblocks.io/v1 only");
     assert!(errs.iter().any(|e| e.contains("v1alpha1")), "{errs:?}");
 }
+
+#[test]
+fn the_api_servers_defaults_fill_required_fields_before_validation() {
+    // Cluster componentSpecs[].replicas is required and defaults to 1: the API server accepts a component without.
+    let mut cluster = support::cluster()[0].object.clone();
+    cluster["spec"]["componentSpecs"][1].as_object_mut().expect("codis-dashboard").remove("replicas");
+    // flattenFormat.keyValueDelimiter is required and defaults to ":".
+    let mut group = cmpd(addon("1.0"), "pika-group-").object.clone();
+    let all = group["spec"]["vars"]
+        .as_array_mut()
+        .expect("vars")
+        .iter_mut()
+        .find(|v| v["name"] == "ALL_SHARDS_POD_FQDNS")
+        .expect("ALL_SHARDS_POD_FQDNS");
+    all["valueFrom"]["componentVarRef"]["multipleClusterObjectOption"]["combinedOption"]["flattenFormat"]
+        .as_object_mut()
+        .expect("flattenFormat")
+        .remove("keyValueDelimiter");
+    for version in SCHEMA_VERSIONS {
+        for obj in [&cluster, &group] {
+            schemas(version).validate(obj).unwrap_or_else(|e| panic!("[{version}] {}: {e:?}", obj["kind"]));
+        }
+    }
+    // A required field without a default is still required.
+    let mut no_name = cluster.clone();
+    no_name["spec"]["componentSpecs"][1].as_object_mut().expect("codis-dashboard").remove("name");
+    for version in SCHEMA_VERSIONS {
+        assert!(schemas(version).validate(&no_name).is_err(), "[{version}] a component without a name");
+    }
+}
