@@ -1172,3 +1172,57 @@ fn the_pika_pods_may_read_what_pika_action_asks_kubernetes_and_nothing_more() {
         assert_eq!(rules, want, "line {line}: policyRules");
     }
 }
+
+#[test]
+fn every_var_naming_another_component_resolves_while_the_shards_are_created_and_deleted() {
+    // A non-optional var of another component resolves only while that component exists: it must be provisioned
+    // before the shards (else the shards wait for it forever) and terminated after them (else a shard's
+    // preTerminate, which resolves every var, never runs and the deletion stalls).
+    for line in LINES {
+        let docs = addon(line);
+        let cd = of_kind(docs, "ClusterDefinition").next().expect("ClusterDefinition");
+        let topo = array_at(&cd.object, "spec.topologies").iter().find(|t| t["default"] == true).expect("default");
+        let stage = |order: &str, name: &str| -> usize {
+            strings(array_at(topo, &format!("orders.{order}")))
+                .iter()
+                .position(|s| s.split(',').any(|n| n == name))
+                .unwrap_or_else(|| panic!("{name} is not in the {order} order"))
+        };
+        // Which topology component a ComponentDefinition name plays.
+        let role_of = |cmpd_name: &str| -> String {
+            array_at(topo, "components")
+                .iter()
+                .find(|c| def_matches(str_at(c, "compDef"), cmpd_name))
+                .map(|c| str_at(c, "name").to_owned())
+                .unwrap_or_else(|| "pika".to_owned())
+        };
+        let group = &cmpd(docs, "pika-group-").object;
+        let mut checked = 0;
+        for v in array_at(group, "spec.vars") {
+            let Some(Value::Object(from)) = v.get("valueFrom") else { continue };
+            for r in from.values() {
+                let Some(pattern) = r.get("compDef").and_then(Value::as_str) else { continue };
+                let target: Vec<&str> =
+                    of_kind(docs, "ComponentDefinition").map(Doc::name).filter(|n| def_matches(pattern, n)).collect();
+                assert_eq!(target.len(), 1, "{}: {pattern}", v["name"]);
+                let other = role_of(target[0]);
+                if other == "pika" {
+                    continue; // ALL_SHARDS_POD_FQDNS: the shards themselves.
+                }
+                assert!(r["optional"] != true, "{}: optional refs resolve to nothing", v["name"]);
+                assert!(
+                    stage("provision", &other) < stage("provision", "pika"),
+                    "line {line}: {} needs {other} first",
+                    v["name"]
+                );
+                assert!(
+                    stage("terminate", &other) > stage("terminate", "pika"),
+                    "line {line}: {} reads {other}, which is deleted before the shards",
+                    v["name"]
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 3, "line {line}: the dashboard address, etcd endpoints and password: {checked}");
+    }
+}
