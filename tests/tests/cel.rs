@@ -6,6 +6,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use chart_tests::cel::{Outcome, Rule};
 use chart_tests::manifest::{find, Doc};
@@ -18,7 +19,12 @@ use support::{
 
 /// Every object these tests validate: both lines of the addon with every value set, the cluster chart with every
 /// value set, the examples and the Addon object.
-fn everything() -> Vec<Doc> {
+fn everything() -> &'static [Doc] {
+    static DOCS: OnceLock<Vec<Doc>> = OnceLock::new();
+    DOCS.get_or_init(render_everything)
+}
+
+fn render_everything() -> Vec<Doc> {
     let mut docs = Vec::new();
     for line in LINES {
         for vs in ADDON_VALUE_SETS {
@@ -83,12 +89,20 @@ fn every_rule_of_both_crd_versions_compiles_and_calls_only_modelled_functions() 
     assert!(total >= 70, "the CRDs hold {total} rules");
 }
 
-/// The rules evaluated on create, by (schema version, kind, schema path, rule), with their outcomes.
-fn creates() -> BTreeMap<(String, String, String, String), Vec<Outcome>> {
+/// Outcomes of rules by (schema version, kind, schema path, rule).
+type Outcomes = BTreeMap<(String, String, String, String), Vec<Outcome>>;
+
+/// The rules evaluated on create, with their outcomes.
+fn creates() -> &'static Outcomes {
+    static SEEN: OnceLock<Outcomes> = OnceLock::new();
+    SEEN.get_or_init(evaluate_creates)
+}
+
+fn evaluate_creates() -> Outcomes {
     let docs = everything();
-    let mut seen: BTreeMap<(String, String, String, String), Vec<Outcome>> = BTreeMap::new();
+    let mut seen = Outcomes::new();
     for version in SCHEMA_VERSIONS {
-        let (_, problems, cel) = schemas(version).validate_all(&docs);
+        let (_, problems, cel) = schemas(version).validate_all(docs);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
         for CelCheck { kind, schema_path, rule, outcome, .. } in cel {
             seen.entry((version.to_owned(), kind, schema_path, rule)).or_default().push(outcome);
@@ -101,7 +115,7 @@ fn creates() -> BTreeMap<(String, String, String, String), Vec<Outcome>> {
 fn every_rule_at_a_place_the_charts_fill_holds() {
     let seen = creates();
     let evaluations: usize = seen.values().map(Vec::len).sum();
-    for ((version, kind, path, rule), outcomes) in &seen {
+    for ((version, kind, path, rule), outcomes) in seen {
         for o in outcomes {
             assert!(matches!(o, Outcome::Holds | Outcome::NoOldSelf), "[{version}] {kind} {path}: {rule}: {o:?}");
         }
