@@ -47,14 +47,17 @@ helm.sh/resource-policy: keep
 
 {{/*
 pika.kubeblocksLine: the KubeBlocks line the definitions target, "1.0" or "1.1"; anything else stops the install, and
-so does a KubeBlocks of the other line running in the release namespace (pika.checkInstalledLine).
+so does a KubeBlocks of the other line running in the release namespace (pika.checkInstalledLine), unless
+kubeblocksLineCheck is false.
 */}}
 {{- define "pika.kubeblocksLine" -}}
 {{- $line := toString .Values.kubeblocksLine -}}
 {{- if not (has $line (list "1.0" "1.1")) -}}
 {{- fail (printf "kubeblocksLine must be \"1.0\" or \"1.1\", not %q" $line) -}}
 {{- end -}}
+{{- if .Values.kubeblocksLineCheck -}}
 {{- include "pika.checkInstalledLine" (list . $line) -}}
+{{- end -}}
 {{ $line }}
 {{- end }}
 

@@ -212,11 +212,16 @@ fn kubeblocks(version: &str) -> Value {
 
 /// `helm install pika addon -n kb-system --set kubeblocksLine=<line>` on a cluster running these Deployments.
 fn install_on(line: &str, deployments: Vec<Value>) -> Result<String, String> {
+    install_with(line, deployments, &[])
+}
+
+fn install_with(line: &str, deployments: Vec<Value>, set: &[&str]) -> Result<String, String> {
     let api = FakeApi::serve(deployments);
-    let opts = Options::release("pika", "kb-system")
-        .set(&format!("kubeblocksLine={line}"))
-        .arg("--dry-run=server")
-        .env("KUBECONFIG", &api.kubeconfig);
+    let mut opts = Options::release("pika", "kb-system");
+    for s in set {
+        opts = opts.set(s);
+    }
+    let opts = opts.set(&format!("kubeblocksLine={line}")).arg("--dry-run=server").env("KUBECONFIG", &api.kubeconfig);
     helm().template(&addon_dir(), &opts)
 }
 
@@ -243,6 +248,8 @@ fn installing_the_addon_for_the_other_line_than_the_running_kubeblocks_fails_nam
     install_on("1.0", vec![dataprotection]).expect("not the apps deployment");
     install_on("1.0", vec![json!({"metadata": {"name": "other", "namespace": "kb-system"}})]).expect("no labels");
     install_on("1.1", vec![]).expect("no KubeBlocks here");
+    // The check can be switched off (an installer that may not list Deployments); pika-action still refuses.
+    install_with("1.0", vec![kubeblocks("1.1.0")], &["kubeblocksLineCheck=false"]).expect("check off");
 }
 
 #[test]
