@@ -20,6 +20,7 @@ use super::model::{
 };
 use super::proxy_client::ProxyClient;
 use super::resp::Conn;
+use super::slotkeys;
 use super::state::{AssignItem, Topo};
 use super::wire::{self, ApiError};
 use super::Shared;
@@ -57,7 +58,7 @@ pub(crate) async fn dispatch(
     let result = match s.as_slice() {
         [] if get => Ok(wire::redirect("/topom")),
         ["topom"] if get => Ok(wire::ok_json(&overview(sh))),
-        ["topom", "model"] | ["api", "topom", "model"] if get => Ok(wire::ok_json(&sh.topom)),
+        ["topom", "model"] | ["api", "topom", "model"] if get => Ok(wire::ok_json(&topom(sh))),
         ["topom", "stats"] if get => Ok(wire::ok_json(&stats(sh))),
         ["topom", "slots"] if get => Ok(wire::ok_json(&slots(sh))),
         ["api", "topom", "group", "info", addr] if get => group_info(sh, addr).await,
@@ -140,12 +141,12 @@ async fn put_route(
         }
         ["slots", "action", "interval", x, value] => ok(authed(sh, x).and_then(|()| {
             let us = int(value, "value")?.clamp(0, 1_000_000);
-            sh.state().slot_action.interval = us;
+            sh.state().mem.slot_action.interval = us;
             Ok(())
         })),
         ["slots", "action", "disabled", x, value] => ok(authed(sh, x).and_then(|()| {
             let value = int(value, "value")?;
-            sh.state().slot_action.disabled = value != 0;
+            sh.state().mem.slot_action.disabled = value != 0;
             Ok(())
         })),
         ["slots", "assign", x] => ok(slots_assign(sh, x, body, false).await),
@@ -221,13 +222,13 @@ fn stats(sh: &Shared) -> Stats {
         slots: st.topo.slots.clone(),
         group: GroupStats {
             models: st.topo.groups.values().cloned().collect(),
-            stats: st.server_stats.clone(),
+            stats: st.mem.server_stats.clone(),
         },
         proxy: ProxyStatsOut {
             models: proxies,
-            stats: st.proxy_stats.clone(),
+            stats: st.mem.proxy_stats.clone(),
         },
-        slot_action: st.slot_action.clone(),
+        slot_action: st.mem.slot_action.clone(),
         sentinels: Sentinels {
             model: SentinelModel { out_of_sync: false },
             stats: BTreeMap::new(),
@@ -309,7 +310,7 @@ fn config(sh: &Shared) -> Config {
             coordinator_name: "memory".into(),
             coordinator_addr: String::new(),
             coordinator_auth: String::new(),
-            admin_addr: sh.topom.admin_addr.clone(),
+            admin_addr: topom(sh).admin_addr,
             product_name: o.product.clone(),
             migration_method: o.migration_method.clone(),
             migration_parallel_slots: o.migration_parallel_slots,
@@ -333,7 +334,7 @@ fn config(sh: &Shared) -> Config {
             coordinator_name: "memory".into(),
             coordinator_addr: String::new(),
             coordinator_auth: String::new(),
-            admin_addr: sh.topom.admin_addr.clone(),
+            admin_addr: topom(sh).admin_addr,
             product_name: o.product.clone(),
             migration_method: o.migration_method.clone(),
             migration_parallel_slots: o.migration_parallel_slots,
@@ -353,15 +354,22 @@ fn config(sh: &Shared) -> Config {
 }
 
 #[derive(Serialize)]
-struct Overview<'a> {
+struct Overview {
     version: &'static str,
     compile: &'static str,
     config: Config,
-    model: &'a TopomModel,
+    model: TopomModel,
     stats: Stats,
 }
 
-fn overview(sh: &Shared) -> Overview<'_> {
+fn topom(sh: &Shared) -> TopomModel {
+    sh.topom
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+fn overview(sh: &Shared) -> Overview {
     Overview {
         version: if sh.opts.fork {
             "testbed codis-double (pika fork of codis @218b68bb)"
@@ -370,7 +378,7 @@ fn overview(sh: &Shared) -> Overview<'_> {
         },
         compile: "testbed",
         config: config(sh),
-        model: &sh.topom,
+        model: topom(sh),
         stats: stats(sh),
     }
 }
@@ -383,6 +391,40 @@ pub(crate) async fn fetch_info(
 ) -> Result<BTreeMap<String, String>, String> {
     let target = sh.dial_target(addr);
     let mut conn = Conn::dial(&target, sh.password(), sh.opts.dial_timeout).await?;
+    info_of(sh, &mut conn, section).await
+}
+
+/// INFO over the stats loop's pooled connection to `addr`, as Codis's stats pool does: a connection that fails is
+/// dropped (so a server that killed its clients shows one `EOF` error, then answers again on a new connection).
+pub(crate) async fn fetch_info_pooled(
+    sh: &Shared,
+    addr: &str,
+    section: Option<&str>,
+) -> Result<BTreeMap<String, String>, String> {
+    let target = sh.dial_target(addr);
+    let pooled = {
+        let mut pool = sh.stats_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pool.get_mut(&target).and_then(Vec::pop)
+    };
+    let mut conn = match pooled {
+        Some(c) => c,
+        None => Conn::dial(&target, sh.password(), sh.opts.dial_timeout).await?,
+    };
+    let info = info_of(sh, &mut conn, section).await?;
+    sh.stats_pool
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(target)
+        .or_default()
+        .push(conn);
+    Ok(info)
+}
+
+async fn info_of(
+    sh: &Shared,
+    conn: &mut Conn,
+    section: Option<&str>,
+) -> Result<BTreeMap<String, String>, String> {
     let mut info = conn.info(section).await?;
     if let Some(real) = info.get("master_addr").cloned() {
         if let Some(name) = sh.registered_name(&real) {
@@ -410,11 +452,19 @@ async fn group_add(sh: &Shared, x: &str, gid: &str, addr: &str, dc: &str) -> Res
     if addr.is_empty() {
         return Err(ApiError::plain("missing addr"));
     }
-    // Codis runs SLOTSINFO here; redis-server has no such command, so a PING proves the same reachability.
-    let mut conn = Conn::dial(&sh.dial_target(addr), sh.password(), sh.opts.dial_timeout)
+    // Codis checks the server with SLOTSINFO. redis-server has no such command: for a stand-in the double computes
+    // the same answer (keys per slot) itself, which also primes its slot index of that server.
+    let real = sh.dial_target(addr);
+    let mut conn = Conn::dial(&real, sh.password(), sh.opts.dial_timeout)
         .await
         .map_err(ApiError::traced)?;
-    conn.call(&["PING"]).await.map_err(ApiError::traced)?;
+    if sh.opts.redis_stand_ins {
+        slotkeys::slots_info(&mut conn, &real, sh.opts.max_slot_num)
+            .await
+            .map_err(ApiError::traced)?;
+    } else {
+        conn.call(&["SLOTSINFO"]).await.map_err(ApiError::traced)?;
+    }
     drop(conn);
     let _op = sh.op.lock().await;
     sh.state().topo.group_add_server(gid, dc, addr)
@@ -535,7 +585,7 @@ async fn group_promote(sh: &Shared, x: &str, gid: &str, addr: &str) -> Result<()
     let _op = sh.op.lock().await;
     let gid = {
         let mut st = sh.state();
-        let executor = st.slot_action.executor;
+        let executor = st.mem.slot_action.executor;
         let (gid, index) = st.topo.promote_check(gid, addr, executor)?;
         if let Some(g) = st.topo.groups.get_mut(&gid) {
             if g.promoting.state.is_nothing() {
@@ -737,8 +787,7 @@ async fn proxy_remove(sh: &Shared, x: &str, token: &str, force: &str) -> Result<
             return Err(ApiError::traced(format!("proxy-[{token}] shutdown failed")));
         }
     }
-    let mut st = sh.state();
-    st.topo.proxies.remove(token);
-    st.proxy_stats.remove(token);
+    // The stats entry stays until the next refresh rebuilds the map, as in Codis.
+    sh.state().topo.proxies.remove(token);
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! A minimal async RESP client for the double's calls to backends (dial check, INFO, SLAVEOF).
+//! A minimal async RESP client for the double's calls to backends (dial check, INFO, SLAVEOF, the migration
+//! commands) and the RESP framing the proxy double's data port shares (reading commands, writing replies).
 //!
 //! Hand-rolled rather than the `redis` crate because the double must report failures with the exact text Go's
 //! `net` package and redigo produce (`dial tcp 127.0.0.1:6999: connect: connection refused`, or a server error
@@ -23,7 +24,45 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
-    fn text(&self) -> Option<String> {
+    /// Appends the RESP encoding of the reply (RESP2, as codis-proxy speaks).
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Status(s) => {
+                out.push(b'+');
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Self::Error(e) => {
+                out.push(b'-');
+                out.extend_from_slice(e.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Self::Int(i) => out.extend_from_slice(format!(":{i}\r\n").as_bytes()),
+            Self::Bulk(None) => out.extend_from_slice(b"$-1\r\n"),
+            Self::Bulk(Some(b)) => {
+                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Self::Array(None) => out.extend_from_slice(b"*-1\r\n"),
+            Self::Array(Some(items)) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for item in items {
+                    item.encode(out);
+                }
+            }
+        }
+    }
+
+    /// The integer of an integer reply.
+    pub(crate) fn as_int(&self) -> Option<i64> {
+        match self {
+            Self::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn text(&self) -> Option<String> {
         match self {
             Self::Status(s) => Some(s.clone()),
             Self::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -120,10 +159,15 @@ impl Conn {
     }
 
     async fn send(&mut self, args: &[&str]) -> Result<(), String> {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.send_bytes(&bytes).await
+    }
+
+    async fn send_bytes(&mut self, args: &[&[u8]]) -> Result<(), String> {
         let mut buf = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            buf.extend_from_slice(a.as_bytes());
+            buf.extend_from_slice(a);
             buf.extend_from_slice(b"\r\n");
         }
         let write = async {
@@ -152,6 +196,13 @@ impl Conn {
             Reply::Error(e) => Err(e),
             r => Ok(r),
         }
+    }
+
+    /// Sends one command of binary-safe arguments; the reply as it came, RESP errors included. `Err` only for
+    /// transport failures (the connection should then be dropped).
+    pub(crate) async fn request(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+        self.send_bytes(args).await?;
+        self.receive().await
     }
 
     /// `MULTI`, the commands, `EXEC`; the first error (queueing, EXEC abort, or inside the transaction) wins.
@@ -226,10 +277,65 @@ pub(crate) fn join_host_port(host: &str, port: &str) -> String {
     }
 }
 
+/// Reads one client command from a RESP stream: an array of bulk strings, or an inline command (words separated by
+/// spaces, as `redis-cli` and telnet send). `Ok(None)` at a clean end of stream.
+pub(crate) async fn read_command<R>(stream: &mut R) -> std::io::Result<Option<Vec<Vec<u8>>>>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    loop {
+        let mut line = Vec::new();
+        if stream.read_until(b'\n', &mut line).await? == 0 {
+            return Ok(None);
+        }
+        while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            line.pop();
+        }
+        let bad = || std::io::Error::new(ErrorKind::InvalidData, "Protocol error: invalid multibulk length");
+        if line.first() != Some(&b'*') {
+            let words: Vec<Vec<u8>> = line
+                .split(|b| *b == b' ')
+                .filter(|w| !w.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect();
+            if words.is_empty() {
+                continue;
+            }
+            return Ok(Some(words));
+        }
+        let n: usize = std::str::from_utf8(&line[1..])
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(bad)?;
+        let mut args = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut head = Vec::new();
+            if stream.read_until(b'\n', &mut head).await? == 0 {
+                return Err(ErrorKind::UnexpectedEof.into());
+            }
+            let text = std::str::from_utf8(&head).map_err(|_| bad())?.trim_end();
+            let len: usize = text
+                .strip_prefix('$')
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(bad)?;
+            let mut buf = vec![0; len + 2];
+            stream.read_exact(&mut buf).await?;
+            buf.truncate(len);
+            args.push(buf);
+        }
+        if !args.is_empty() {
+            return Ok(Some(args));
+        }
+    }
+}
+
 /// Reads one reply; nested arrays are read iteratively through boxing.
-fn read_reply<'a>(
-    stream: &'a mut BufStream<TcpStream>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Reply>> + Send + 'a>> {
+fn read_reply<'a, R>(
+    stream: &'a mut R,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Reply>> + Send + 'a>>
+where
+    R: tokio::io::AsyncBufRead + Unpin + Send,
+{
     Box::pin(async move {
         let mut line = String::new();
         if stream.read_line(&mut line).await? == 0 {

@@ -66,6 +66,8 @@ pub(crate) struct Topo {
     pub(crate) slots: Vec<SlotMapping>,
     /// By token.
     pub(crate) proxies: BTreeMap<String, Proxy>,
+    /// A planted defect (conformance tests only).
+    pub(crate) mutation: Option<Mutation>,
 }
 
 impl Topo {
@@ -81,6 +83,7 @@ impl Topo {
                 })
                 .collect(),
             proxies: BTreeMap::new(),
+            mutation: None,
         }
     }
 
@@ -136,11 +139,12 @@ impl Topo {
             .unwrap_or(0)
     }
 
+    /// Among pending sync actions only, as Codis counts.
     fn max_sync_action_index(&self) -> u32 {
         self.groups
             .values()
             .flat_map(|g| &g.servers)
-            .filter(|s| !s.action.state.is_nothing())
+            .filter(|s| s.action.state == ServerActionState::Pending)
             .map(|s| s.action.index)
             .max()
             .unwrap_or(0)
@@ -230,7 +234,7 @@ impl Topo {
             )));
         }
         let g = self.group_mut(gid)?;
-        if g.servers[index].replica_group {
+        if index != 0 && g.servers[index].replica_group {
             g.out_of_sync = true;
         }
         g.servers.remove(index);
@@ -252,7 +256,7 @@ impl Topo {
         if !g.promoting.state.is_nothing() {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
-        let in_use = self.is_group_in_use(g.id);
+        let in_use = g.servers.len() != 1 && self.is_group_in_use(g.id);
         let g = self.group_mut(gid)?;
         if in_use {
             g.out_of_sync = true;
@@ -272,11 +276,15 @@ impl Topo {
         }
         let in_use: BTreeSet<u32> = self
             .groups
-            .keys()
-            .copied()
-            .filter(|&g| self.is_group_in_use(g))
+            .values()
+            .filter(|g| g.servers.len() != 1 && self.is_group_in_use(g.id))
+            .map(|g| g.id)
             .collect();
         for g in self.groups.values_mut() {
+            // Only a group whose flags change is touched.
+            if g.servers.iter().all(|s| s.replica_group == value) {
+                continue;
+            }
             if in_use.contains(&g.id) {
                 g.out_of_sync = true;
             }
@@ -367,15 +375,15 @@ impl Topo {
         num: i64,
     ) -> Result<(), ApiError> {
         let target = self.target_group(dst)?;
-        let picked: Vec<usize> = self
-            .slots
-            .iter()
-            .filter(|m| {
-                m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target
-            })
-            .map(|m| m.id)
-            .take(usize::try_from(num).unwrap_or(0))
-            .collect();
+        let eligible = |m: &&SlotMapping| {
+            m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target
+        };
+        let num = usize::try_from(num).unwrap_or(0);
+        let picked: Vec<usize> = if self.mutation == Some(Mutation::CreateSomeTakesHighestSlots) {
+            self.slots.iter().rev().filter(eligible).map(|m| m.id).take(num).collect()
+        } else {
+            self.slots.iter().filter(eligible).map(|m| m.id).take(num).collect()
+        };
         for sid in picked {
             self.start_action(sid, target);
         }
@@ -446,8 +454,10 @@ impl Topo {
             let (Ok(s), Some(gid)) = (self.slot_index(item.id), Self::gid(item.group_id)) else {
                 continue;
             };
-            if let Some(g) = self.groups.get_mut(&gid) {
-                g.out_of_sync = true;
+            if self.mutation != Some(Mutation::AssignKeepsGroupsInSync) {
+                if let Some(g) = self.groups.get_mut(&gid) {
+                    g.out_of_sync = true;
+                }
             }
             self.slots[s] = SlotMapping {
                 id: s,
@@ -514,7 +524,7 @@ impl Topo {
             .collect()
     }
 
-    fn group_master(&self, gid: u32) -> String {
+    pub(crate) fn master_of(&self, gid: u32) -> String {
         self.groups
             .get(&gid)
             .and_then(Group::master)
@@ -579,26 +589,30 @@ impl Topo {
         };
         match m.action.state {
             SlotState::Nothing | SlotState::Pending => {
-                slot.backend_addr = self.group_master(m.group_id);
+                slot.backend_addr = self.master_of(m.group_id);
                 slot.backend_addr_group_id = m.group_id;
                 slot.replica_groups = self.replica_groups_for(m.group_id, proxy);
             }
             SlotState::Preparing => {
-                slot.backend_addr = self.group_master(m.group_id);
+                slot.backend_addr = self.master_of(m.group_id);
                 slot.backend_addr_group_id = m.group_id;
             }
             SlotState::Prepared | SlotState::Migrating => {
-                slot.backend_addr = self.group_master(m.action.target_id);
+                slot.backend_addr = self.master_of(m.action.target_id);
                 slot.backend_addr_group_id = m.action.target_id;
-                slot.migrate_from = self.group_master(m.group_id);
+                slot.migrate_from = self.master_of(m.group_id);
                 slot.migrate_from_group_id = m.group_id;
             }
             SlotState::Finished => {
-                slot.backend_addr = self.group_master(m.action.target_id);
+                slot.backend_addr = self.master_of(m.action.target_id);
                 slot.backend_addr_group_id = m.action.target_id;
             }
         }
         slot.forward_method = self.forward_method;
+        if self.mutation == Some(Mutation::MigratingSlotServedBySource) && !slot.migrate_from.is_empty() {
+            std::mem::swap(&mut slot.backend_addr, &mut slot.migrate_from);
+            std::mem::swap(&mut slot.backend_addr_group_id, &mut slot.migrate_from_group_id);
+        }
         slot
     }
 
@@ -621,7 +635,7 @@ impl Topo {
                 g.id, g.promoting.index
             )));
         }
-        if executor != 0 {
+        if executor != 0 && self.mutation != Some(Mutation::PromoteIgnoresRunningMigration) {
             return Err(err(format!("slots-migration is running = {executor}")));
         }
         Ok((g.id, index))
@@ -657,88 +671,151 @@ impl Topo {
     }
 }
 
-/// Everything the double holds: the stored model plus what Codis keeps in memory, plus test knobs.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) topo: Topo,
+/// Where a held migration waits (test knob, see [`crate::codis::CodisDouble::hold_migration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationHold {
+    /// Before the batch that follows `after` completed batches: `slot_action.executor` is 0, as between two
+    /// throttled batches (or, with `after: 0`, right after the slot became `migrating`).
+    BeforeBatch {
+        /// Batches of this slot's migration to let through first.
+        after: u32,
+    },
+    /// Inside the batch that follows `after` completed batches, before any key moves: `slot_action.executor` is 1,
+    /// as while `SLOTSMGRTTAGSLOT-ASYNC` is on the wire.
+    InBatch {
+        /// Batches of this slot's migration to let through first.
+        after: u32,
+    },
+}
+
+/// A deliberate defect of the double, for proving that the conformance test catches it. Never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// `slots/action/create-some` takes the source's slots from the highest id down instead of the lowest up.
+    CreateSomeTakesHighestSlots,
+    /// `slots/assign` leaves `out_of_sync` alone.
+    AssignKeepsGroupsInSync,
+    /// A `prepared`/`migrating` slot is served with `backend_addr` and `migrate_from` swapped (traffic to the source).
+    MigratingSlotServedBySource,
+    /// `group/promote` ignores `slot_action.executor`.
+    PromoteIgnoresRunningMigration,
+}
+
+/// What a test asked the executor to do to one slot's keys (see [`crate::codis::CodisDouble::drop_keys_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    /// The batch deletes the keys on the source instead of moving them.
+    Delete,
+}
+
+/// What Codis keeps only in memory (`Topom.action`, `Topom.stats`): lost on a restart.
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
     pub(crate) slot_action: SlotActionStats,
     pub(crate) server_stats: BTreeMap<String, ServerStats>,
     pub(crate) proxy_stats: BTreeMap<String, ProxyStatsEntry>,
-    pub(crate) loglevel: String,
-    /// Injected migration errors by slot.
-    pub(crate) slot_errors: BTreeMap<usize, String>,
-    /// Migrating ticks per slot (default below).
-    pub(crate) migration_ticks: BTreeMap<usize, u32>,
-    pub(crate) default_migration_ticks: u32,
-    /// Migrating ticks done so far for slots in `migrating`.
-    pub(crate) migrated: BTreeMap<usize, u32>,
     /// Fork health: consecutive failed checks per server.
     pub(crate) fail_counts: BTreeMap<String, u32>,
+}
+
+/// Everything the double holds: the stored model, what Codis keeps in memory, and test knobs.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// What Codis keeps in its coordinator: survives a restart.
+    pub(crate) topo: Topo,
+    /// What Codis keeps in memory.
+    pub(crate) mem: Memory,
+    pub(crate) loglevel: String,
+    /// Bumped by every restart; executors started under an older generation stop touching anything.
+    pub(crate) generation: u64,
     /// Completed stats refreshes.
     pub(crate) refreshes: u64,
+    // ---- test knobs (not Codis state: they survive a restart) ----
+    /// Injected migration errors by slot.
+    pub(crate) slot_errors: BTreeMap<usize, String>,
+    /// Fewest batches per slot (default below); padded batches last one tick each.
+    pub(crate) migration_ticks: BTreeMap<usize, u32>,
+    pub(crate) default_migration_ticks: u32,
+    /// Holds by slot, and the slots waiting at one now.
+    pub(crate) holds: BTreeMap<usize, MigrationHold>,
+    pub(crate) held: BTreeSet<usize>,
+    /// Key faults by slot.
+    pub(crate) key_faults: BTreeMap<usize, KeyFault>,
+    /// The sync-action executor and the stats loop skip their turns while set.
+    pub(crate) sync_held: bool,
+    pub(crate) stats_held: bool,
 }
 
 impl State {
     pub(crate) fn new(topo: Topo) -> Self {
         Self {
             topo,
-            slot_action: SlotActionStats::default(),
-            server_stats: BTreeMap::new(),
-            proxy_stats: BTreeMap::new(),
+            mem: Memory::default(),
             loglevel: "info".into(),
+            generation: 0,
+            refreshes: 0,
             slot_errors: BTreeMap::new(),
             migration_ticks: BTreeMap::new(),
             default_migration_ticks: 1,
-            migrated: BTreeMap::new(),
-            fail_counts: BTreeMap::new(),
-            refreshes: 0,
+            holds: BTreeMap::new(),
+            held: BTreeSet::new(),
+            key_faults: BTreeMap::new(),
+            sync_held: false,
+            stats_held: false,
         }
     }
 
-    /// The slots the executor works on this round (reference §6): in-progress actions first, then pending ones
-    /// (unless disabled), each by lowest index, accepting a slot only if neither its source nor its target group is
-    /// already taken this round (source 0 exempt), at most `parallel`.
-    pub(crate) fn plan_round(&self, parallel: usize) -> Vec<usize> {
-        let mut marks: BTreeSet<u32> = BTreeSet::new();
-        let mut plans: Vec<usize> = Vec::new();
+    /// A dashboard restart: the model stays (it is in the coordinator), memory is lost, running executors of the
+    /// old process stop.
+    pub(crate) fn restart(&mut self) {
+        self.mem = Memory::default();
+        self.generation += 1;
+        self.held.clear();
+    }
+
+    /// The next slot a round takes (`SlotActionPrepareFilter`): the lowest-index action already in progress,
+    /// else (unless disabled) the lowest-index pending one, among the slots `accept` lets through: neither its
+    /// group nor its target already in the round (`marks`; an offline source takes no group), not yet planned.
+    pub(crate) fn pick_next(&self, marks: &BTreeSet<u32>, plans: &[usize]) -> Option<usize> {
         let slots = &self.topo.slots;
-        let pick = |marks: &BTreeSet<u32>, plans: &[usize], pending: bool| {
+        let accept = |m: &SlotMapping| {
+            !marks.contains(&m.group_id) && !marks.contains(&m.action.target_id) && !plans.contains(&m.id)
+        };
+        let min_index = |pending: bool| {
             slots
                 .iter()
                 .filter(|m| {
-                    let wanted = if pending {
-                        m.action.state == SlotState::Pending
-                    } else {
-                        m.action.state.in_progress()
-                    };
-                    wanted
-                        && !marks.contains(&m.group_id)
-                        && !marks.contains(&m.action.target_id)
-                        && !plans.contains(&m.id)
+                    !m.action.state.is_nothing() && (m.action.state == SlotState::Pending) == pending && accept(m)
                 })
                 .min_by_key(|m| (m.action.index, m.id))
                 .map(|m| m.id)
         };
-        while plans.len() < parallel.max(1) {
-            let next = pick(&marks, &plans, false).or_else(|| {
-                if self.slot_action.disabled {
-                    None
-                } else {
-                    pick(&marks, &plans, true)
-                }
-            });
-            let Some(sid) = next else { break };
-            let m = slots[sid];
-            if m.group_id != 0 {
-                marks.insert(m.group_id);
+        min_index(false).or_else(|| {
+            if self.mem.slot_action.disabled {
+                None
+            } else {
+                min_index(true)
             }
-            marks.insert(m.action.target_id);
+        })
+    }
+
+    /// The slots one round takes, in the order it takes them (the planning half of `ProcessSlotAction`).
+    #[cfg(test)]
+    pub(crate) fn plan_round(&self, parallel: usize) -> Vec<usize> {
+        let mut marks = BTreeSet::new();
+        let mut plans = Vec::new();
+        while plans.len() < parallel.max(1) {
+            let Some(sid) = self.pick_next(&marks, &plans) else {
+                break;
+            };
+            mark(&mut marks, &self.topo.slots[sid]);
             plans.push(sid);
         }
         plans
     }
 
-    /// Migrating ticks configured for a slot.
+    /// Fewest batches configured for a slot.
     pub(crate) fn ticks_for(&self, sid: usize) -> u32 {
         self.migration_ticks
             .get(&sid)
@@ -746,6 +823,14 @@ impl State {
             .unwrap_or(self.default_migration_ticks)
             .max(1)
     }
+}
+
+/// Marks a planned slot's groups as taken for the rest of the round.
+pub(crate) fn mark(marks: &mut BTreeSet<u32>, m: &SlotMapping) {
+    if m.group_id != 0 {
+        marks.insert(m.group_id);
+    }
+    marks.insert(m.action.target_id);
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::api::{group_batches, fetch_info, push, reinit, set_master};
+use super::api::{fetch_info_pooled, group_batches, push, reinit, set_master};
 use super::model::{
     Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats,
 };
@@ -21,7 +21,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if shared.is_paused() {
+        if shared.is_paused() || shared.state().stats_held {
             continue;
         }
         refresh(&shared).await;
@@ -54,7 +54,7 @@ async fn refresh(sh: &Arc<Shared>) {
     for addr in servers {
         let sh = sh.clone();
         server_set.spawn(async move {
-            let r = tokio::time::timeout(timeout, fetch_info(&sh, &addr, section)).await;
+            let r = tokio::time::timeout(timeout, fetch_info_pooled(&sh, &addr, section)).await;
             (addr, r)
         });
     }
@@ -131,10 +131,10 @@ async fn refresh(sh: &Arc<Shared>) {
     }
     {
         let mut st = sh.state();
-        st.server_stats = server_stats;
+        st.mem.server_stats = server_stats;
         // A proxy removed while its stats were on the wire must not come back.
         proxy_stats.retain(|token, _| st.topo.proxies.contains_key(token));
-        st.proxy_stats = proxy_stats;
+        st.mem.proxy_stats = proxy_stats;
     }
     if sh.opts.fork {
         health(sh, &reach).await;
@@ -189,7 +189,7 @@ async fn health(sh: &Shared, reach: &Reachability) {
                 match reach.get(&s.server) {
                     None => {}
                     Some(Some(info)) => {
-                        st.fail_counts.remove(&s.server);
+                        st.mem.fail_counts.remove(&s.server);
                         let (file, offset) = binlog(info);
                         s.role = Some(info.get("role").cloned().unwrap_or_default());
                         s.binlog_file_num = Some(file);
@@ -221,7 +221,7 @@ async fn health(sh: &Shared, reach: &Reachability) {
                         }
                     }
                     Some(None) => {
-                        let count = st.fail_counts.entry(s.server.clone()).or_insert(0);
+                        let count = st.mem.fail_counts.entry(s.server.clone()).or_insert(0);
                         *count += 1;
                         if *count >= dead_checks {
                             s.state = Some(2);
