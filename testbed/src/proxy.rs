@@ -372,8 +372,8 @@ impl ProxyDouble {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        self.listener.resume()?;
-        self.data.resume()
+        self.data.resume()?;
+        self.listener.resume()
     }
 
     /// Makes every request hang until [`ProxyDouble::thaw`] (the dashboard sees timeouts).
@@ -843,8 +843,9 @@ async fn call(shared: &Shared, real: &str, args: &[&[u8]]) -> Result<Reply, Stri
     };
     let auth = Some(shared.opts.auth.as_str()).filter(|a| !a.is_empty());
     let mut conn = match pooled {
-        Some(c) => c,
-        None => Conn::dial(real, auth, Duration::from_secs(3)).await?,
+        // Killed while idle (a SLAVEOF with CLIENT KILL on that server): nothing was sent, so dial again.
+        Some(c) if !c.peer_closed() => c,
+        _ => Conn::dial(real, auth, Duration::from_secs(3)).await?,
     };
     let reply = conn.request(args).await?;
     shared

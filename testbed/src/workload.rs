@@ -240,9 +240,18 @@ impl Ledger {
     /// # Errors
     /// When `addr` cannot be reached.
     pub fn preload(addr: &str, prefix: &str, count: usize) -> std::io::Result<Self> {
+        let keys: Vec<String> = (0..count).map(|n| format!("{prefix}:pre:{n}")).collect();
+        Self::write_keys(addr, &keys)
+    }
+
+    /// Writes `keys` (value `value-of-<key>`) through `addr`, pipelined 500 at a time, and records the
+    /// acknowledged ones.
+    ///
+    /// # Errors
+    /// When `addr` cannot be reached.
+    pub fn write_keys(addr: &str, keys: &[String]) -> std::io::Result<Self> {
         let mut client = Client::connect(addr, Duration::from_secs(10))?;
         let mut ledger = Self::default();
-        let keys: Vec<String> = (0..count).map(|n| format!("{prefix}:pre:{n}")).collect();
         for chunk in keys.chunks(500) {
             let values: Vec<String> = chunk.iter().map(|k| format!("value-of-{k}")).collect();
             let commands: Vec<Vec<&[u8]>> = chunk

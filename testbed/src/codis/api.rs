@@ -407,6 +407,8 @@ pub(crate) async fn fetch_info_pooled(
         pool.get_mut(&target).and_then(Vec::pop)
     };
     let mut conn = match pooled {
+        // Go's client writes INFO on the dead connection and reads the server's FIN.
+        Some(c) if c.peer_closed() => return Err("EOF".into()),
         Some(c) => c,
         None => Conn::dial(&target, sh.password(), sh.opts.dial_timeout).await?,
     };

@@ -201,24 +201,24 @@ async fn process_slot(sh: &Shared, sid: usize, generation: u64) -> Result<(), Ap
             Step::Done => return complete(sh, sid).await,
             Step::Batch { from, dest } => {
                 let result = batch(sh, sid, done, &from, &dest, generation).await;
-                {
+                let interval = {
+                    // The batch leaves the wire and its progress shows in one step.
                     let mut st = sh.state();
                     if st.generation == generation {
                         st.mem.slot_action.executor -= 1;
+                        if let Ok(&left) = result.as_ref() {
+                            if left > 0 {
+                                st.mem.slot_action.progress.status = format!("[OK] Slot[{sid:04}]@DB[0]={left}");
+                            }
+                        }
                     }
-                }
+                    st.mem.slot_action.interval
+                };
                 let left = result.map_err(ApiError::traced)?;
                 done += 1;
                 if left == 0 {
                     return complete(sh, sid).await;
                 }
-                let interval = {
-                    let mut st = sh.state();
-                    if st.generation == generation {
-                        st.mem.slot_action.progress.status = format!("[OK] Slot[{sid:04}]@DB[0]={left}");
-                    }
-                    st.mem.slot_action.interval
-                };
                 if interval > 0 {
                     let us = u64::try_from(interval).unwrap_or(0);
                     tokio::time::sleep(sh.scaled(Duration::from_micros(us))).await;
@@ -270,11 +270,14 @@ async fn complete(sh: &Shared, sid: usize) -> Result<(), ApiError> {
         group_id: m.action.target_id,
         action: SlotAction::default(),
     };
+    // What the slot's goroutine stores right after (`status.Store("")`), in the same step.
+    st.mem.slot_action.progress.status = String::new();
     Ok(())
 }
 
 /// One batch of `sid` from `from` to `dest`: what `SLOTSMGRTTAGSLOT-ASYNC` does on codis-server, emulated on a
-/// redis-server stand-in (or sent as is to a real codis-server). Returns the keys left in the slot on the source.
+/// redis-server stand-in (or sent as is to a real codis-server). Returns what codis-server answers: the slot's
+/// key count on the source before this batch's keys are released (0: nothing left).
 async fn batch(
     sh: &Shared,
     sid: usize,
@@ -284,9 +287,6 @@ async fn batch(
     generation: u64,
 ) -> Result<usize, String> {
     wait_hold(sh, sid, done, true, generation).await;
-    if from.is_empty() {
-        return Ok(0);
-    }
     let (error, fault, ticks) = {
         let st = sh.state();
         (st.slot_errors.get(&sid).cloned(), st.key_faults.get(&sid).copied(), st.ticks_for(sid))
@@ -294,19 +294,19 @@ async fn batch(
     if let Some(e) = error {
         return Err(e);
     }
-    let (from_real, dest_real) = (sh.dial_target(from), sh.dial_target(dest));
-    let mut conn = sh.action_conn(&from_real).await?;
-    let left = if sh.opts.redis_stand_ins {
-        emulated_batch(sh, &mut conn, sid, &from_real, &dest_real, fault).await
+    let left = if from.is_empty() {
+        // An offline slot has no keys to move.
+        0
     } else {
-        native_batch(&mut conn, sid, &dest_real).await
-    };
-    let left = match left {
-        Ok(n) => {
-            sh.return_action_conn(&from_real, conn);
-            n
-        }
-        Err(e) => return Err(e),
+        let (from_real, dest_real) = (sh.dial_target(from), sh.dial_target(dest));
+        let mut conn = sh.action_conn(&from_real).await?;
+        let left = if sh.opts.redis_stand_ins {
+            emulated_batch(sh, &mut conn, sid, &from_real, &dest_real, fault).await?
+        } else {
+            native_batch(&mut conn, sid, &dest_real).await?
+        };
+        sh.return_action_conn(&from_real, conn);
+        left
     };
     if ticks <= 1 {
         return Ok(left);
@@ -336,6 +336,9 @@ async fn emulated_batch(
         slotkeys::clear_slot(from_real, nslots, sid);
         return Ok(0);
     }
+    // codis-server answers a batch with the slot's size before the batch's keys are released (073 of the second
+    // recording: a 21-key slot shows `=21` after its one batch, then one empty batch ends it), so that is the count.
+    let before = slotkeys::count(from_real, nslots, sid);
     let keys = slotkeys::take(from_real, nslots, sid, NUMKEYS);
     if keys.is_empty() {
         return Ok(0);
@@ -367,7 +370,7 @@ async fn emulated_batch(
             if fault.is_none() {
                 slotkeys::add_all(dest_real, nslots, &keys);
             }
-            Ok(slotkeys::count(from_real, nslots, sid))
+            Ok(before)
         }
     }
 }

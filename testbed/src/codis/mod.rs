@@ -389,6 +389,8 @@ impl Shared {
             pool.get_mut(real).and_then(Vec::pop)
         };
         match pooled {
+            // The server killed it while idle (a SLAVEOF with CLIENT KILL): the batch fails with EOF, as in Codis.
+            Some(c) if c.peer_closed() => Err("EOF".into()),
             Some(c) => Ok(c),
             // Codis's migration pool uses `migration_timeout` (30 s) for every call.
             None => Conn::dial(real, self.password(), Duration::from_secs(30)).await,

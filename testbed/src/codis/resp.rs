@@ -198,6 +198,18 @@ impl Conn {
         }
     }
 
+    /// Whether the server closed this (idle, pooled) connection, as one does to clients it kills: the next read
+    /// would give `EOF`. Looks without consuming anything.
+    pub(crate) fn peer_closed(&self) -> bool {
+        // A non-blocking peek straight on the socket: tokio's own peek waits for a readiness event first.
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(self.stream.get_ref()).peek(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != ErrorKind::WouldBlock,
+        }
+    }
+
     /// Sends one command of binary-safe arguments; the reply as it came, RESP errors included. `Err` only for
     /// transport failures (the connection should then be dropped).
     pub(crate) async fn request(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
