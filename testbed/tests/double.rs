@@ -400,11 +400,8 @@ fn draining_one_of_four_groups_never_puts_a_group_in_two_migrations() {
     ok(&d, "/api/topom/slots/action/create-some/{xauth}/4/1/86");
     ok(&d, "/api/topom/slots/action/create-some/{xauth}/4/2/85");
     ok(&d, "/api/topom/slots/action/create-some/{xauth}/4/3/85");
-    let mut snapshots = 0;
-    let mut busiest = 0;
-    let mut error_seen = false;
-    let done = d.wait_for(Duration::from_secs(40), |s| {
-        snapshots += 1;
+    // Every state the executor goes through is traced: per group, the slots in progress it takes part in.
+    d.start_trace(|s| {
         let mut per_group: BTreeMap<u32, usize> = BTreeMap::new();
         for m in s.slots.iter().filter(|m| m.action.state.in_progress()) {
             for g in [m.group_id, m.action.target_id] {
@@ -413,14 +410,10 @@ fn draining_one_of_four_groups_never_puts_a_group_in_two_migrations() {
                 }
             }
         }
-        for (g, n) in &per_group {
-            assert!(
-                *n <= 1,
-                "group {g} takes part in {n} migrations at once: {:?}",
-                s.with_action()
-            );
-        }
-        busiest = busiest.max(per_group.values().copied().max().unwrap_or(0));
+        serde_json::json!(per_group)
+    });
+    let mut error_seen = false;
+    let done = d.wait_for(Duration::from_secs(40), |s| {
         if s.slot_action.progress.status == "[ERROR] Slot[0900]: boom" && !error_seen {
             error_seen = true;
             assert_eq!(s.slots[900].action.state, SlotState::Migrating);
@@ -431,9 +424,18 @@ fn draining_one_of_four_groups_never_puts_a_group_in_two_migrations() {
         s.with_action().is_empty()
     });
     let snap = done.expect("drain did not finish");
+    let trace = d.take_trace();
     assert!(error_seen, "the injected slot error never showed");
+    let mut busiest = 0;
+    for (_, state) in &trace {
+        for (g, n) in state.as_object().unwrap() {
+            let n = n.as_u64().unwrap();
+            assert!(n <= 1, "group {g} takes part in {n} migrations at once: {state}");
+            busiest = busiest.max(n);
+        }
+    }
     assert_eq!(busiest, 1);
-    assert!(snapshots > 100);
+    assert!(trace.len() > 100, "only {} states traced", trace.len());
     assert_eq!(snap.slots_of(4), 0);
     assert_eq!(
         (snap.slots_of(1), snap.slots_of(2), snap.slots_of(3)),

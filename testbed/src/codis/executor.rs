@@ -43,10 +43,10 @@ pub(crate) async fn run_slots(shared: Arc<Shared>) {
         if shared.is_online(generation) {
             if let Err(e) = process_slot_actions(&shared, generation).await {
                 tracing::warn!("process slot action failed: {e}");
-                tokio::time::sleep(shared.scaled(Duration::from_secs(5))).await;
+                shared.pause_for(Duration::from_secs(5)).await;
             }
         }
-        tokio::time::sleep(shared.scaled(Duration::from_secs(1))).await;
+        shared.pause_for(Duration::from_secs(1)).await;
     }
 }
 
@@ -57,10 +57,10 @@ pub(crate) async fn run_syncs(shared: Arc<Shared>) {
         if shared.is_online(generation) && !shared.state().sync_held {
             if let Err(e) = process_sync_action(&shared).await {
                 tracing::warn!("process sync action failed: {e}");
-                tokio::time::sleep(shared.scaled(Duration::from_secs(5))).await;
+                shared.pause_for(Duration::from_secs(5)).await;
             }
         }
-        tokio::time::sleep(shared.scaled(Duration::from_secs(1))).await;
+        shared.pause_for(Duration::from_secs(1)).await;
     }
 }
 
@@ -102,7 +102,7 @@ async fn process_slot_actions(sh: &Arc<Shared>, generation: u64) -> Result<(), A
         if let Some(e) = first_error {
             return Err(e);
         }
-        tokio::time::sleep(sh.scaled(Duration::from_millis(10))).await;
+        sh.pause_for(Duration::from_millis(10)).await;
     }
     Ok(())
 }
@@ -197,7 +197,7 @@ async fn process_slot(sh: &Shared, sid: usize, generation: u64) -> Result<(), Ap
     while sh.is_online(generation) {
         wait_hold(sh, sid, done, false, generation).await;
         match next_step(sh, sid, generation)? {
-            Step::Wait => tokio::time::sleep(sh.scaled(Duration::from_secs(1))).await,
+            Step::Wait => sh.pause_for(Duration::from_secs(1)).await,
             Step::Done => return complete(sh, sid).await,
             Step::Batch { from, dest } => {
                 let result = batch(sh, sid, done, &from, &dest, generation).await;
@@ -221,7 +221,7 @@ async fn process_slot(sh: &Shared, sid: usize, generation: u64) -> Result<(), Ap
                 }
                 if interval > 0 {
                     let us = u64::try_from(interval).unwrap_or(0);
-                    tokio::time::sleep(sh.scaled(Duration::from_micros(us))).await;
+                    sh.pause_for(Duration::from_micros(us)).await;
                 }
             }
         }

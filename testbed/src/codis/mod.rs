@@ -377,6 +377,17 @@ impl Shared {
         codis.mul_f64(self.opts.tick.as_secs_f64())
     }
 
+    /// Sleeps a scaled Codis delay; below the timer's 1 ms resolution it only yields, so a 10 ms pause scaled to
+    /// 0.1 ms does not become a whole millisecond.
+    pub(crate) async fn pause_for(&self, codis: Duration) {
+        let d = self.scaled(codis);
+        if d < Duration::from_millis(1) {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(d).await;
+        }
+    }
+
     /// The process of `generation` is running: not paused and not restarted since.
     pub(crate) fn is_online(&self, generation: u64) -> bool {
         !self.is_paused() && self.state().generation == generation
@@ -511,8 +522,8 @@ impl CodisDouble {
             .no_proxy()
             .timeout(opts.proxy_timeout)
             .connect_timeout(opts.proxy_timeout)
-            // Proxy doubles are stopped and restarted by tests: pooled connections would fail spuriously.
-            .pool_max_idle_per_host(0)
+            // Kept alive like Go's default transport (two idle connections per host), which Codis's API client uses.
+            .pool_max_idle_per_host(2)
             .build()
             .map_err(std::io::Error::other)?;
         let mut topo = Topo::new(opts.max_slot_num, opts.fork, u32::from(opts.migration_method != "sync"));
