@@ -16,7 +16,7 @@
 //! on redis-server by an atomic Lua script) and otherwise on the target; sync (0) moves the key to the target first
 //! (`SLOTSMGRTTAGONE`, emulated by `MIGRATE` of that key) and then runs it there. Everything goes to the group master
 //! the dashboard pushed (`replica_groups` are not read from). `MGET`, `MSET`, `DEL`, `EXISTS` are split per key as
-//! codis-proxy splits them. Keys written are noted in the slot index the dashboard double migrates from.
+//! codis-proxy splits them.
 //!
 //! [`ProxyDouble::stop`], [`ProxyDouble::freeze`] and [`ProxyDouble::restart`] make it dead, hung, or a fresh
 //! process, to exercise the dashboard's stats and stalls.
@@ -38,7 +38,6 @@ use crate::codis::model::{
 };
 use crate::codis::resp::{read_command, Conn, Reply};
 use crate::codis::slothash::slot_of;
-use crate::codis::slotkeys;
 use crate::codis::wire::{self, ApiError};
 use crate::httpd::{Dropped, Handler, Listener, Runtime};
 
@@ -729,13 +728,6 @@ fn coalesce(op: &str, replies: Vec<Reply>) -> Reply {
     }
 }
 
-/// Commands that cannot create a key: their keys are not noted in the slot index.
-const READ_ONLY: &[&str] = &[
-    "GET", "STRLEN", "GETRANGE", "EXISTS", "TTL", "PTTL", "TYPE", "DUMP", "HGET", "HMGET", "HGETALL", "HEXISTS",
-    "HLEN", "HKEYS", "HVALS", "LRANGE", "LLEN", "LINDEX", "SMEMBERS", "SISMEMBER", "SCARD", "ZRANGE", "ZSCORE",
-    "ZCARD", "DEL", "UNLINK",
-];
-
 /// The key a command is routed by (codis-proxy's `getHashKey`).
 fn hash_key<'a>(op: &str, args: &'a [Vec<u8>]) -> &'a [u8] {
     let index = match op {
@@ -763,17 +755,13 @@ async fn route(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, String> {
         return Err("slot is not ready, may be offline".into());
     }
     let backend = shared.dial_target(&route.backend_addr);
-    let writes = !READ_ONLY.contains(&op.as_str());
     if !route.migrate_from.is_empty() && !hkey.is_empty() {
         let from = shared.dial_target(&route.migrate_from);
         if route.forward_method == 0 {
             move_key(shared, &from, &backend, hkey).await?;
-        } else if let Some(reply) = exec_on_source(shared, &from, hkey, args, writes).await? {
+        } else if let Some(reply) = exec_on_source(shared, &from, hkey, args).await? {
             return Ok(reply);
         }
-    }
-    if writes {
-        slotkeys::note(&backend, nslots, hkey);
     }
     call(shared, &backend, &args.iter().map(Vec::as_slice).collect::<Vec<_>>()).await
 }
@@ -784,7 +772,6 @@ async fn exec_on_source(
     from: &str,
     hkey: &[u8],
     args: &[Vec<u8>],
-    writes: bool,
 ) -> Result<Option<Reply>, String> {
     let mut wrapped: Vec<&[u8]> = if shared.opts.redis_stand_ins {
         vec![b"EVAL", EXEC_WRAPPER.as_bytes(), b"1", hkey]
@@ -796,12 +783,7 @@ async fn exec_on_source(
         match call(shared, from, &wrapped).await? {
             Reply::Array(Some(items)) if !items.is_empty() => match (items[0].as_int(), items.get(1)) {
                 (Some(0), _) => return Ok(None),
-                (Some(2), Some(reply)) => {
-                    if writes {
-                        slotkeys::note(from, shared.opts.max_slot_num, hkey);
-                    }
-                    return Ok(Some(reply.clone()));
-                }
+                (Some(2), Some(reply)) => return Ok(Some(reply.clone())),
                 // The key is in a batch on the wire: retry, as codis-proxy does.
                 (Some(1), _) => tokio::time::sleep(Duration::from_millis(1)).await,
                 _ => return Err(format!("bad slotsmgrt-exec-wrapper resp: {items:?}")),
@@ -826,12 +808,7 @@ async fn move_key(shared: &Shared, from: &str, to: &str, hkey: &[u8]) -> Result<
     };
     match reply {
         Reply::Error(e) => Err(format!("bad slotsmgrt resp: {e}")),
-        _ => {
-            let nslots = shared.opts.max_slot_num;
-            slotkeys::forget(from, nslots, hkey);
-            slotkeys::add_all(to, nslots, &[hkey.to_vec()]);
-            Ok(())
-        }
+        _ => Ok(()),
     }
 }
 

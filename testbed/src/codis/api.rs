@@ -461,7 +461,7 @@ async fn group_add(sh: &Shared, x: &str, gid: &str, addr: &str, dc: &str) -> Res
         .await
         .map_err(ApiError::traced)?;
     if sh.opts.redis_stand_ins {
-        slotkeys::slots_info(&mut conn, &real, sh.opts.max_slot_num)
+        slotkeys::slots_info(&mut conn, &real, sh.opts.max_slot_num, sh.password())
             .await
             .map_err(ApiError::traced)?;
     } else {

@@ -330,7 +330,7 @@ async fn emulated_batch(
     fault: Option<KeyFault>,
 ) -> Result<usize, String> {
     let nslots = sh.opts.max_slot_num;
-    slotkeys::ensure_fresh(conn, from_real, nslots).await?;
+    slotkeys::ensure_fresh(conn, from_real, nslots, sh.password()).await?;
     if from_real == dest_real {
         // Two registered names for one server: the keys are already where they go.
         slotkeys::clear_slot(from_real, nslots, sid);
@@ -366,12 +366,8 @@ async fn emulated_batch(
             slotkeys::put_back(from_real, nslots, keys);
             Err(e)
         }
-        Ok(_) => {
-            if fault.is_none() {
-                slotkeys::add_all(dest_real, nslots, &keys);
-            }
-            Ok(before)
-        }
+        // The target's index (if the double watches it) learns the keys from its keyspace events.
+        Ok(_) => Ok(before),
     }
 }
 

@@ -874,7 +874,10 @@ impl CodisDouble {
     /// Holds `slot`'s migration at `at` until [`CodisDouble::release_migration`]: the round it is in waits too.
     /// Reproduces an instant of a recording deterministically (between two batches, or with a batch on the wire).
     pub fn hold_migration(&self, slot: usize, at: MigrationHold) {
-        self.shared.state().holds.insert(slot, at);
+        let mut st = self.shared.state();
+        // Not at the new hold until the executor gets there.
+        st.held.remove(&slot);
+        st.holds.insert(slot, at);
     }
 
     /// Lets a held migration go on.

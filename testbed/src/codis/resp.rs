@@ -210,6 +210,13 @@ impl Conn {
         }
     }
 
+    /// The next message a subscribed connection receives; waits as long as it takes.
+    pub(crate) async fn next_message(&mut self) -> Result<Reply, String> {
+        read_reply(&mut self.stream)
+            .await
+            .map_err(|e| self.io_error("read", &e))
+    }
+
     /// Sends one command of binary-safe arguments; the reply as it came, RESP errors included. `Err` only for
     /// transport failures (the connection should then be dropped).
     pub(crate) async fn request(&mut self, args: &[&[u8]]) -> Result<Reply, String> {

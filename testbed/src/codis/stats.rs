@@ -32,9 +32,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 type Reachability = BTreeMap<String, Option<BTreeMap<String, String>>>;
 
 async fn refresh(sh: &Arc<Shared>) {
-    let (servers, proxies): (Vec<String>, Vec<Proxy>) = {
+    let (generation, servers, proxies): (u64, Vec<String>, Vec<Proxy>) = {
         let st = sh.state();
         (
+            st.generation,
             st.topo
                 .groups
                 .values()
@@ -131,6 +132,10 @@ async fn refresh(sh: &Arc<Shared>) {
     }
     {
         let mut st = sh.state();
+        if st.generation != generation {
+            // Taken by a dashboard process that has been restarted since.
+            return;
+        }
         st.mem.server_stats = server_stats;
         // A proxy removed while its stats were on the wire must not come back.
         proxy_stats.retain(|token, _| st.topo.proxies.contains_key(token));
