@@ -33,9 +33,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{watch, OwnedRwLockWriteGuard, RwLock};
 use tower::ServiceExt;
 
-use crate::codis::model::{
-    Proxy, ProxyCmdStats, ProxyOps, ProxyRusage, ProxyRusageRaw, ProxyStats, Slot,
-};
+use crate::codis::model::{Proxy, ProxyCmdStats, ProxyOps, ProxyRusage, ProxyRusageRaw, ProxyStats, Slot};
 use crate::codis::resp::{read_command, Conn, Reply};
 use crate::codis::slothash::slot_of;
 use crate::codis::wire::{self, ApiError};
@@ -127,12 +125,7 @@ impl Shared {
     }
 
     fn fresh_slots(&self) -> Vec<Slot> {
-        (0..self.opts.max_slot_num)
-            .map(|id| Slot {
-                id,
-                ..Slot::default()
-            })
-            .collect()
+        (0..self.opts.max_slot_num).map(|id| Slot { id, ..Slot::default() }).collect()
     }
 }
 
@@ -147,10 +140,7 @@ pub struct ProxyDouble {
 
 impl std::fmt::Debug for ProxyDouble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProxyDouble")
-            .field("addr", &self.addr())
-            .field("token", &self.token())
-            .finish()
+        f.debug_struct("ProxyDouble").field("addr", &self.addr()).field("token", &self.token()).finish()
     }
 }
 
@@ -180,10 +170,7 @@ impl ProxyDouble {
     pub fn try_start_with(opts: ProxyOptions) -> std::io::Result<Self> {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let bound = std_listener.local_addr()?.to_string();
-        let token = opts
-            .token
-            .clone()
-            .unwrap_or_else(|| wire::token(&format!("proxy/{}/{bound}", opts.product)));
+        let token = opts.token.clone().unwrap_or_else(|| wire::token(&format!("proxy/{}/{bound}", opts.product)));
         let model = Proxy {
             id: 0,
             token: token.clone(),
@@ -194,9 +181,7 @@ impl ProxyDouble {
             jodis_path: None,
             product_name: opts.product.clone(),
             pid: std::process::id(),
-            pwd: std::env::current_dir()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            pwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
             sys: "testbed proxy double".into(),
             max_slot_num: opts.fork.then_some(opts.max_slot_num),
             hostname: "localhost".into(),
@@ -205,18 +190,10 @@ impl ProxyDouble {
         let xauth = wire::proxy_xauth(&opts.product, &opts.auth, &token);
         let (frozen, _) = tokio::sync::watch::channel(false);
         let cells = (0..opts.max_slot_num)
-            .map(|_| SlotCell {
-                lock: Arc::new(RwLock::new(())),
-                held: tokio::sync::Mutex::new(None),
-            })
+            .map(|_| SlotCell { lock: Arc::new(RwLock::new(())), held: tokio::sync::Mutex::new(None) })
             .collect();
         let data_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let slots = (0..opts.max_slot_num)
-            .map(|id| Slot {
-                id,
-                ..Slot::default()
-            })
-            .collect();
+        let slots = (0..opts.max_slot_num).map(|id| Slot { id, ..Slot::default() }).collect();
         let shared = Arc::new(Shared {
             overrides: Mutex::new(opts.overrides.clone()),
             opts,
@@ -224,21 +201,12 @@ impl ProxyDouble {
             cells,
             backends: Mutex::new(HashMap::new()),
             data: OnceLock::new(),
-            inner: Mutex::new(Inner {
-                model,
-                online: false,
-                closed: false,
-                slots,
-                fillslots_calls: 0,
-                requests: 0,
-            }),
+            inner: Mutex::new(Inner { model, online: false, closed: false, slots, fillslots_calls: 0, requests: 0 }),
             frozen,
             listener: OnceLock::new(),
         });
         let rt = Runtime::start("proxy-double")?;
-        let router = axum::Router::new()
-            .fallback(dispatch)
-            .with_state(shared.clone());
+        let router = axum::Router::new().fallback(dispatch).with_state(shared.clone());
         let frozen_rx = shared.frozen.subscribe();
         let handler: Handler = Arc::new(move |req: Request<Body>| {
             let router = router.clone();
@@ -257,12 +225,7 @@ impl ProxyDouble {
         let _ = shared.listener.set(Arc::downgrade(&listener));
         let data = Arc::new(DataPort::start(rt.handle(), data_listener, shared.clone())?);
         let _ = shared.data.set(Arc::downgrade(&data));
-        Ok(Self {
-            shared,
-            listener,
-            data,
-            _rt: rt,
-        })
+        Ok(Self { shared, listener, data, _rt: rt })
     }
 
     /// `127.0.0.1:<port>` of the RESP data port.
@@ -273,11 +236,7 @@ impl ProxyDouble {
 
     /// Maps a backend address as the dashboard pushes it to the real address to dial, from now on.
     pub fn set_override(&self, registered: &str, real: &str) {
-        let mut overrides = self
-            .shared
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut overrides = self.shared.overrides.lock().unwrap_or_else(PoisonError::into_inner);
         overrides.insert(registered.to_owned(), real.to_owned());
     }
 
@@ -366,11 +325,7 @@ impl ProxyDouble {
         for cell in &self.shared.cells {
             *cell.held.blocking_lock() = None;
         }
-        self.shared
-            .backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.backends.lock().unwrap_or_else(PoisonError::into_inner).clear();
         self.data.resume()?;
         self.listener.resume()
     }
@@ -390,9 +345,7 @@ fn authed(shared: &Shared, x: &str) -> Result<(), ApiError> {
     if x == shared.xauth {
         Ok(())
     } else {
-        Err(ApiError::plain(
-            "invalid xauth, please check product name & auth",
-        ))
+        Err(ApiError::plain("invalid xauth, please check product name & auth"))
     }
 }
 
@@ -400,12 +353,7 @@ fn authed(shared: &Shared, x: &str) -> Result<(), ApiError> {
 /// with flags do (the double reports one idle `PING` entry and zeros, so the shape matches).
 fn stats(shared: &Shared, full: bool) -> ProxyStats {
     let inner = shared.inner();
-    let cmd = full.then(|| {
-        vec![ProxyCmdStats {
-            opstr: "PING".into(),
-            ..ProxyCmdStats::default()
-        }]
-    });
+    let cmd = full.then(|| vec![ProxyCmdStats { opstr: "PING".into(), ..ProxyCmdStats::default() }]);
     let runtime = full.then(|| {
         serde_json::json!({
             "general": {"alloc": 0, "sys": 0, "lookups": 0, "mallocs": 0, "frees": 0},
@@ -421,19 +369,13 @@ fn stats(shared: &Shared, full: bool) -> ProxyStats {
         online: inner.online,
         closed: inner.closed,
         sentinels: std::collections::BTreeMap::new(),
-        ops: ProxyOps {
-            cmd,
-            ..ProxyOps::default()
-        },
+        ops: ProxyOps { cmd, ..ProxyOps::default() },
         sessions: crate::codis::model::ProxySessions::default(),
         rusage: ProxyRusage {
             now: wire::go_time_now(),
             cpu: 0.0,
             mem: 0,
-            raw: ProxyRusageRaw {
-                num_threads: 1,
-                ..ProxyRusageRaw::default()
-            },
+            raw: ProxyRusageRaw { num_threads: 1, ..ProxyRusageRaw::default() },
         },
         backend: crate::codis::model::ProxyBackend::default(),
         runtime,
@@ -445,12 +387,7 @@ fn closed_error() -> ApiError {
     ApiError::traced("use of closed proxy")
 }
 
-async fn dispatch(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    body: Bytes,
-) -> Response<Body> {
+async fn dispatch(State(shared): State<Arc<Shared>>, method: Method, uri: Uri, body: Bytes) -> Response<Body> {
     shared.inner().requests += 1;
     let Some(segs) = wire::segments(uri.path()) else {
         return wire::not_found();
@@ -469,11 +406,10 @@ async fn dispatch(
         ["proxy", "stats"] if get => Ok(wire::ok_json(&stats(&shared, true))),
         ["proxy", "slots"] if get => Ok(slots()),
         ["api", "proxy", "xping", x] if get => authed(&shared, x).map(|()| wire::ok()),
-        ["api", "proxy", "stats", x] if get => {
-            authed(&shared, x).map(|()| wire::ok_json(&stats(&shared, false)))
+        ["api", "proxy", "stats", x] if get => authed(&shared, x).map(|()| wire::ok_json(&stats(&shared, false))),
+        ["api", "proxy", "stats", x, flags] if get => {
+            authed(&shared, x).map(|()| wire::ok_json(&stats(&shared, flags.parse::<u32>().is_ok_and(|f| f != 0))))
         }
-        ["api", "proxy", "stats", x, flags] if get => authed(&shared, x)
-            .map(|()| wire::ok_json(&stats(&shared, flags.parse::<u32>().is_ok_and(|f| f != 0)))),
         ["api", "proxy", "slots", x] if get => authed(&shared, x).map(|()| slots()),
         ["api", "proxy", "stats", "reset", x]
         | ["api", "proxy", "forcegc", x]
@@ -681,11 +617,8 @@ async fn handle(shared: &Shared, args: Vec<Vec<u8>>) -> Reply {
         "MGET" | "DEL" | "EXISTS" if args.len() > 2 => {
             let mut replies = Vec::with_capacity(args.len() - 1);
             for key in &args[1..] {
-                let sub = if op == "MGET" {
-                    vec![b"GET".to_vec(), key.clone()]
-                } else {
-                    vec![args[0].clone(), key.clone()]
-                };
+                let sub =
+                    if op == "MGET" { vec![b"GET".to_vec(), key.clone()] } else { vec![args[0].clone(), key.clone()] };
                 match route(shared, &sub).await {
                     Ok(r) => replies.push(r),
                     Err(e) => return error(format!("ERR handle request, {e}")),
@@ -695,7 +628,7 @@ async fn handle(shared: &Shared, args: Vec<Vec<u8>>) -> Reply {
         }
         "MGET" | "DEL" | "EXISTS" if args.len() < 2 => wrong(),
         "MSET" if args.len() > 3 => {
-            if args.len() % 2 == 0 {
+            if args.len().is_multiple_of(2) {
                 return wrong();
             }
             let mut last = Reply::Status("OK".into());
@@ -723,7 +656,9 @@ fn coalesce(op: &str, replies: Vec<Reply>) -> Reply {
     }
     match op {
         "MGET" => Reply::Array(Some(replies)),
-        "EXISTS" => Reply::Int(replies.iter().filter(|r| r.as_int().is_some_and(|n| n != 0)).count().try_into().unwrap_or(i64::MAX)),
+        "EXISTS" => Reply::Int(
+            replies.iter().filter(|r| r.as_int().is_some_and(|n| n != 0)).count().try_into().unwrap_or(i64::MAX),
+        ),
         _ => Reply::Int(replies.iter().filter_map(Reply::as_int).sum()),
     }
 }
@@ -767,12 +702,7 @@ async fn route(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, String> {
 }
 
 /// Semi-async: runs the command on the source when the key is still there; `None` when it is not.
-async fn exec_on_source(
-    shared: &Shared,
-    from: &str,
-    hkey: &[u8],
-    args: &[Vec<u8>],
-) -> Result<Option<Reply>, String> {
+async fn exec_on_source(shared: &Shared, from: &str, hkey: &[u8], args: &[Vec<u8>]) -> Result<Option<Reply>, String> {
     let mut wrapped: Vec<&[u8]> = if shared.opts.redis_stand_ins {
         vec![b"EVAL", EXEC_WRAPPER.as_bytes(), b"1", hkey]
     } else {
@@ -825,12 +755,6 @@ async fn call(shared: &Shared, real: &str, args: &[&[u8]]) -> Result<Reply, Stri
         _ => Conn::dial(real, auth, Duration::from_secs(3)).await?,
     };
     let reply = conn.request(args).await?;
-    shared
-        .backends
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(real.to_owned())
-        .or_default()
-        .push(conn);
+    shared.backends.lock().unwrap_or_else(PoisonError::into_inner).entry(real.to_owned()).or_default().push(conn);
     Ok(reply)
 }

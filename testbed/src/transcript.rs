@@ -77,9 +77,7 @@ impl Exchange {
     /// The recorded `Content-Type`, if any.
     #[must_use]
     pub fn content_type(&self) -> Option<&str> {
-        self.response_headers
-            .get("Content-Type")
-            .map(String::as_str)
+        self.response_headers.get("Content-Type").map(String::as_str)
     }
 }
 
@@ -95,12 +93,8 @@ pub fn load_dir(dir: &Path) -> std::io::Result<Vec<Exchange>> {
             continue;
         }
         let text = std::fs::read_to_string(&path)?;
-        let ex: Exchange = serde_json::from_str(&text).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        })?;
+        let ex: Exchange = serde_json::from_str(&text)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
         out.push(ex);
     }
     out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -155,10 +149,7 @@ fn shape(exchange_path: &str, value: &Value) -> Shape {
         match v {
             Value::Object(map) => {
                 if is_info_map(exchange_path, prefix) {
-                    out.info_maps
-                        .entry(prefix.clone())
-                        .or_default()
-                        .extend(map.keys().cloned());
+                    out.info_maps.entry(prefix.clone()).or_default().extend(map.keys().cloned());
                     return;
                 }
                 for (k, x) in map {
@@ -191,18 +182,10 @@ fn show(path: &[String]) -> String {
     }
 }
 
-fn compare_info(
-    path: &[String],
-    recorded: &BTreeSet<String>,
-    actual: &BTreeSet<String>,
-    out: &mut Vec<String>,
-) {
+fn compare_info(path: &[String], recorded: &BTreeSet<String>, actual: &BTreeSet<String>, out: &mut Vec<String>) {
     for key in recorded.difference(actual) {
         if !INFO_VERSION_GAPS.contains(&key.as_str()) {
-            out.push(format!(
-                "INFO map {}: recorded key {key:?} missing",
-                show(path)
-            ));
+            out.push(format!("INFO map {}: recorded key {key:?} missing", show(path)));
         }
     }
     for key in actual.difference(recorded) {
@@ -217,54 +200,37 @@ fn compare_info(
 pub fn compare(recorded: &Exchange, actual: &Answer) -> Vec<String> {
     let mut out = Vec::new();
     if recorded.status != actual.status {
-        out.push(format!(
-            "status: recorded {}, got {}",
-            recorded.status, actual.status
-        ));
+        out.push(format!("status: recorded {}, got {}", recorded.status, actual.status));
         return out;
     }
     if let Some(ct) = recorded.content_type() {
         if actual.content_type.as_deref() != Some(ct) {
-            out.push(format!(
-                "content-type: recorded {ct:?}, got {:?}",
-                actual.content_type
-            ));
+            out.push(format!("content-type: recorded {ct:?}, got {:?}", actual.content_type));
         }
     }
-    let json = recorded
-        .content_type()
-        .is_some_and(|c| c.starts_with("application/json"));
+    let json = recorded.content_type().is_some_and(|c| c.starts_with("application/json"));
     if !json || recorded.response_body == "\"OK\"" {
         if recorded.response_body != actual.body {
-            out.push(format!(
-                "body: recorded {:?}, got {:?}",
-                recorded.response_body, actual.body
-            ));
+            out.push(format!("body: recorded {:?}, got {:?}", recorded.response_body, actual.body));
         }
         return out;
     }
-    let (rec, act) = match (
-        serde_json::from_str::<Value>(&recorded.response_body),
-        serde_json::from_str::<Value>(&actual.body),
-    ) {
-        (Ok(r), Ok(a)) => (r, a),
-        (Err(e), _) => {
-            out.push(format!("recorded body is not JSON: {e}"));
-            return out;
-        }
-        (_, Err(e)) => {
-            out.push(format!("body is not JSON ({e}): {:?}", actual.body));
-            return out;
-        }
-    };
+    let (rec, act) =
+        match (serde_json::from_str::<Value>(&recorded.response_body), serde_json::from_str::<Value>(&actual.body)) {
+            (Ok(r), Ok(a)) => (r, a),
+            (Err(e), _) => {
+                out.push(format!("recorded body is not JSON: {e}"));
+                return out;
+            }
+            (_, Err(e)) => {
+                out.push(format!("body is not JSON ({e}): {:?}", actual.body));
+                return out;
+            }
+        };
     if recorded.status == 800 {
         let cause = |v: &Value| v.get("Cause").and_then(Value::as_str).map(str::to_owned);
         if cause(&rec) != cause(&act) {
-            out.push(format!(
-                "Cause: recorded {:?}, got {:?}",
-                cause(&rec),
-                cause(&act)
-            ));
+            out.push(format!("Cause: recorded {:?}, got {:?}", cause(&rec), cause(&act)));
         }
         let stack_kind = |v: &Value| match v.get("Stack") {
             None => "absent",
@@ -273,24 +239,12 @@ pub fn compare(recorded: &Exchange, actual: &Answer) -> Vec<String> {
             Some(_) => "other",
         };
         if stack_kind(&rec) != stack_kind(&act) {
-            out.push(format!(
-                "Stack: recorded {}, got {}",
-                stack_kind(&rec),
-                stack_kind(&act)
-            ));
+            out.push(format!("Stack: recorded {}, got {}", stack_kind(&rec), stack_kind(&act)));
         }
         // Stack frames name Go functions and files: only the error's own keys are compared.
-        let keys = |v: &Value| {
-            v.as_object()
-                .map(|m| m.keys().cloned().collect::<BTreeSet<_>>())
-                .unwrap_or_default()
-        };
+        let keys = |v: &Value| v.as_object().map(|m| m.keys().cloned().collect::<BTreeSet<_>>()).unwrap_or_default();
         if keys(&rec) != keys(&act) {
-            out.push(format!(
-                "error keys: recorded {:?}, got {:?}",
-                keys(&rec),
-                keys(&act)
-            ));
+            out.push(format!("error keys: recorded {:?}, got {:?}", keys(&rec), keys(&act)));
         }
         return out;
     }
@@ -314,32 +268,33 @@ pub fn compare(recorded: &Exchange, actual: &Answer) -> Vec<String> {
     out
 }
 
-
 // ---- values ------------------------------------------------------------------------------------------------------
 
 /// What the value comparison leaves out, and why: `(rule, reason)`.
 pub const IGNORED: &[(&str, &str)] = &[
-    ("dashboard model token, start_time, pid, pwd, sys, admin_addr", "process identity and the listen port of this run"),
+    (
+        "dashboard model token, start_time, pid, pwd, sys, admin_addr",
+        "process identity and the listen port of this run",
+    ),
     ("proxy model start_time, pid, pwd, sys, hostname", "process identity of this run"),
     ("unixtime", "a timestamp"),
     ("proxy stats ops, sessions, rusage, runtime", "traffic counters and resource usage of this run"),
     ("Stack frames", "Go function and file names (the Stack kind is compared by the shape check)"),
-    ("config coordinator_name, coordinator_addr, coordinator_auth, admin_addr", "the double has no coordinator; the listen port of this run"),
+    (
+        "config coordinator_name, coordinator_addr, coordinator_auth, admin_addr",
+        "the double has no coordinator; the listen port of this run",
+    ),
     ("version, compile", "the build strings of the binary that answered"),
-    ("INFO values other than role, master_*, connected_slaves, maxmemory", "server version, memory, offsets, uptime and key counts of this run's backends"),
+    (
+        "INFO values other than role, master_*, connected_slaves, maxmemory",
+        "server version, memory, offsets, uptime and key counts of this run's backends",
+    ),
     ("the <n> of [OK] Slot[NNNN]@DB[0]=<n>", "keys left depend on the keys this run wrote"),
 ];
 
 /// INFO keys whose values clients read: compared by value.
-const INFO_VALUE_KEYS: &[&str] = &[
-    "role",
-    "master_addr",
-    "master_host",
-    "master_port",
-    "master_link_status",
-    "connected_slaves",
-    "maxmemory",
-];
+const INFO_VALUE_KEYS: &[&str] =
+    &["role", "master_addr", "master_host", "master_port", "master_link_status", "connected_slaves", "maxmemory"];
 
 /// Puts a run's real addresses back to the registered ones the recording shows.
 #[derive(Clone, Debug, Default)]
@@ -402,9 +357,7 @@ fn is_dashboard_model(exchange_path: &str, path: &[String]) -> bool {
 fn is_proxy_identity(exchange_path: &str, path: &[String]) -> bool {
     const KEYS: &[&str] = &["start_time", "pid", "pwd", "sys", "hostname"];
     match path {
-        [k] => {
-            (exchange_path == "/api/proxy/model" || exchange_path == "/proxy/model") && KEYS.contains(&k.as_str())
-        }
+        [k] => (exchange_path == "/api/proxy/model" || exchange_path == "/proxy/model") && KEYS.contains(&k.as_str()),
         [.., p, m, i, k] => p == "proxy" && m == "models" && i == "[]" && KEYS.contains(&k.as_str()),
         _ => false,
     }
@@ -588,10 +541,7 @@ pub fn check_order(
 ) -> OrderReport {
     let recorded = collapse(recorded);
     let all = collapse(observed);
-    let mut report = OrderReport {
-        recorded: recorded.clone(),
-        ..OrderReport::default()
-    };
+    let mut report = OrderReport { recorded: recorded.clone(), ..OrderReport::default() };
     let Some(first) = recorded.first() else {
         report.mismatches.push("the recording has no state".into());
         return report;
@@ -611,10 +561,7 @@ pub fn check_order(
         }
     }
     if next < recorded.len() {
-        report.mismatches.push(format!(
-            "recorded state #{next} never followed in order: {}",
-            recorded[next]
-        ));
+        report.mismatches.push(format!("recorded state #{next} never followed in order: {}", recorded[next]));
     }
     if report.observed.last() != recorded.last() {
         report.mismatches.push(format!(
@@ -641,21 +588,13 @@ mod tests {
             kind: String::new(),
             exchanges: Vec::new(),
             status,
-            response_headers: [(
-                "Content-Type".to_owned(),
-                "application/json; charset=utf-8".to_owned(),
-            )]
-            .into(),
+            response_headers: [("Content-Type".to_owned(), "application/json; charset=utf-8".to_owned())].into(),
             response_body: body.into(),
         }
     }
 
     fn answer(status: u16, body: &str) -> Answer {
-        Answer {
-            status,
-            content_type: Some("application/json; charset=utf-8".into()),
-            body: body.into(),
-        }
+        Answer { status, content_type: Some("application/json; charset=utf-8".into()), body: body.into() }
     }
 
     const MODEL: &str = r#"{"token": "a", "start_time": "t", "admin_addr": "x:1", "product_name": "p", "pid": 1,
@@ -664,33 +603,17 @@ mod tests {
 
     #[test]
     fn an_identical_shape_with_other_values_conforms() {
-        let other = MODEL
-            .replace("\"pid\": 1", "\"pid\": 42")
-            .replace("x:1", "y:2");
+        let other = MODEL.replace("\"pid\": 1", "\"pid\": 42").replace("x:1", "y:2");
         assert!(compare(&exchange("/topom/model", 200, MODEL), &answer(200, &other)).is_empty());
     }
 
     #[test]
     fn a_renamed_recorded_field_is_a_mismatch() {
-        let recorded = exchange(
-            "/topom/model",
-            200,
-            &MODEL.replace("\"token\"", "\"tokenx\""),
-        );
+        let recorded = exchange("/topom/model", 200, &MODEL.replace("\"token\"", "\"tokenx\""));
         let m = compare(&recorded, &answer(200, MODEL));
-        assert!(
-            m.iter().any(|x| x.contains("missing field tokenx")),
-            "{m:?}"
-        );
-        assert!(
-            m.iter().any(|x| x.contains("unexpected field token")),
-            "{m:?}"
-        );
-        let nested = exchange(
-            "/topom/model",
-            200,
-            &MODEL.replace("\"deep\"", "\"deeper\""),
-        );
+        assert!(m.iter().any(|x| x.contains("missing field tokenx")), "{m:?}");
+        assert!(m.iter().any(|x| x.contains("unexpected field token")), "{m:?}");
+        let nested = exchange("/topom/model", 200, &MODEL.replace("\"deep\"", "\"deeper\""));
         assert!(!compare(&nested, &answer(200, MODEL)).is_empty());
     }
 
@@ -708,28 +631,18 @@ mod tests {
         let other = ERROR.replace("group-[1]", "group-[2]");
         assert_eq!(compare(&recorded, &answer(800, &other)).len(), 1);
         let null = r#"{"Cause": "group-[1] already exists", "Stack": null}"#;
-        assert_eq!(
-            compare(&recorded, &answer(800, null)),
-            ["Stack: recorded array, got null"]
-        );
+        assert_eq!(compare(&recorded, &answer(800, null)), ["Stack: recorded array, got null"]);
     }
 
     #[test]
     fn a_different_status_ok_body_or_404_body_is_a_mismatch() {
         let ok = exchange("/api/topom/xping/x", 200, "\"OK\"");
-        assert_eq!(
-            compare(&ok, &answer(800, ERROR)),
-            ["status: recorded 200, got 800"]
-        );
+        assert_eq!(compare(&ok, &answer(800, ERROR)), ["status: recorded 200, got 800"]);
         assert!(!compare(&ok, &answer(200, "\"KO\"")).is_empty());
         let mut nf = exchange("/nope", 404, "404 page not found\n");
-        nf.response_headers
-            .insert("Content-Type".into(), "text/plain; charset=utf-8".into());
-        let plain = |b: &str| Answer {
-            status: 404,
-            content_type: Some("text/plain; charset=utf-8".into()),
-            body: b.into(),
-        };
+        nf.response_headers.insert("Content-Type".into(), "text/plain; charset=utf-8".into());
+        let plain =
+            |b: &str| Answer { status: 404, content_type: Some("text/plain; charset=utf-8".into()), body: b.into() };
         assert!(compare(&nf, &plain("404 page not found\n")).is_empty());
         assert!(!compare(&nf, &plain("not found")).is_empty());
         assert!(!compare(&nf, &answer(404, "404 page not found\n")).is_empty());
@@ -747,11 +660,7 @@ mod tests {
         let removed = rec.replace("\"role\": \"master\",", "");
         assert!(!compare(&exchange("/topom/stats", 200, &removed), &answer(200, act)).is_empty());
         let unknown_key = rec.replace("\"client_biggest_input_buf\": \"0\"", "\"x\": \"0\"");
-        assert!(!compare(
-            &exchange("/topom/stats", 200, &unknown_key),
-            &answer(200, act)
-        )
-        .is_empty());
+        assert!(!compare(&exchange("/topom/stats", 200, &unknown_key), &answer(200, act)).is_empty());
     }
 
     #[test]

@@ -63,10 +63,7 @@ pub struct Workload {
 
 impl std::fmt::Debug for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workload")
-            .field("acked", &self.acked())
-            .field("failed", &self.failed())
-            .finish()
+        f.debug_struct("Workload").field("acked", &self.acked()).field("failed", &self.failed()).finish()
     }
 }
 
@@ -89,11 +86,7 @@ impl Workload {
                     .expect("start a writer thread")
             })
             .collect();
-        Self {
-            stop,
-            progress,
-            threads,
-        }
+        Self { stop, progress, threads }
     }
 
     /// Writes acknowledged so far.
@@ -254,11 +247,8 @@ impl Ledger {
         let mut ledger = Self::default();
         for chunk in keys.chunks(500) {
             let values: Vec<String> = chunk.iter().map(|k| format!("value-of-{k}")).collect();
-            let commands: Vec<Vec<&[u8]>> = chunk
-                .iter()
-                .zip(&values)
-                .map(|(k, v)| vec![b"SET".as_slice(), k.as_bytes(), v.as_bytes()])
-                .collect();
+            let commands: Vec<Vec<&[u8]>> =
+                chunk.iter().zip(&values).map(|(k, v)| vec![b"SET".as_slice(), k.as_bytes(), v.as_bytes()]).collect();
             let replies = client.pipeline(&commands)?;
             for ((k, v), r) in chunk.iter().zip(values).zip(replies) {
                 match r {
@@ -371,16 +361,13 @@ struct Client {
 
 impl Client {
     fn connect(addr: &str, timeout: Duration) -> std::io::Result<Self> {
-        let sock = addr
-            .parse()
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+        let sock =
+            addr.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
         let stream = TcpStream::connect_timeout(&sock, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
-        Ok(Self {
-            stream: BufReader::new(stream),
-        })
+        Ok(Self { stream: BufReader::new(stream) })
     }
 
     fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {

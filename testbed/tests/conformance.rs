@@ -116,20 +116,8 @@ impl Bed {
             ..DoubleOptions::default()
         });
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        Self {
-            rec,
-            rt,
-            http,
-            double,
-            proxy,
-            redis: Mutex::new(redis),
-            norm: Normaliser::new(&overrides),
-        }
+        let http = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { rec, rt, http, double, proxy, redis: Mutex::new(redis), norm: Normaliser::new(&overrides) }
     }
 
     fn send(&self, base: &str, method: &str, path: &str, body: Option<&str>) -> Answer {
@@ -218,18 +206,15 @@ impl Bed {
                 self.put("/api/topom/slots/rebalance/{xauth}/1")?;
                 self.until("rebalanced", |s| s.with_action().is_empty())
             }
-            (Recording::First, "033") => self.fresh_stats("slave0 on 6379", |s| {
-                Self::info_of(s, 6379, "connected_slaves").as_deref() == Some("1")
-            }),
+            (Recording::First, "033") => self
+                .fresh_stats("slave0 on 6379", |s| Self::info_of(s, 6379, "connected_slaves").as_deref() == Some("1")),
             // The recording wrote keys through the proxy before the drain (038 shows db0 everywhere).
             (Recording::First, "036") => {
                 let ledger = Ledger::preload(&self.proxy.data_addr(), "rec1", 2000).map_err(|e| e.to_string())?;
                 if ledger.acked.len() != 2000 {
                     return Err(format!("writes through the proxy failed: {:?}", ledger.errors));
                 }
-                self.fresh_stats("db0 on every server", |s| {
-                    (6379..=6381).all(|p| Self::info_of(s, p, "db0").is_some())
-                })
+                self.fresh_stats("db0 on every server", |s| (6379..=6381).all(|p| Self::info_of(s, p, "db0").is_some()))
             }
             // 038/039 caught the drain with 512-516 moved and 517 migrating before its first batch.
             (Recording::First, "037") => {
@@ -329,9 +314,9 @@ impl Bed {
                         && Self::info_of(s, 6379, "connected_slaves").as_deref() == Some("1")
                 })
             }
-            (Recording::Second, "088") => self.fresh_stats("6382 a master", |s| {
-                Self::info_of(s, 6382, "role").as_deref() == Some("master")
-            }),
+            (Recording::Second, "088") => {
+                self.fresh_stats("6382 a master", |s| Self::info_of(s, 6382, "role").as_deref() == Some("master"))
+            }
             (Recording::Second, "090") => {
                 self.sync_action(6383)?;
                 self.proxy.stop();
@@ -380,7 +365,8 @@ impl Bed {
         }
         self.put("/api/topom/proxy/online/{xauth}/127.0.0.1:11080")?;
         let body: Vec<String> = (0..1024).map(|s| format!("{{\"id\":{s},\"group_id\":1}}")).collect();
-        let reply = self.double.call_with_body("PUT", "/api/topom/slots/assign/{xauth}", &format!("[{}]", body.join(",")));
+        let reply =
+            self.double.call_with_body("PUT", "/api/topom/slots/assign/{xauth}", &format!("[{}]", body.join(",")));
         if !reply.is_ok() {
             return Err(format!("assign: {reply:?}"));
         }
@@ -490,7 +476,9 @@ impl Bed {
                 self.double.start_trace(move |s| {
                     let stats: serde_json::Map<String, Value> = addrs
                         .iter()
-                        .filter_map(|a| s.server_stats.get(a).map(|e| (a.clone(), serde_json::to_value(e).unwrap_or_default())))
+                        .filter_map(|a| {
+                            s.server_stats.get(a).map(|e| (a.clone(), serde_json::to_value(e).unwrap_or_default()))
+                        })
                         .collect();
                     project(&json!({"group": {"models": [s.group(1)], "stats": stats}}))
                 });
@@ -506,10 +494,8 @@ impl Bed {
                 // refresh that caught one server's change and not yet the other's (Codis refreshes each server in
                 // its own goroutine): every part of the state is then a recorded part.
                 let models: Vec<Value> = recorded.iter().map(|r| r["model"].clone()).collect();
-                let parts: Vec<(String, Value)> = recorded
-                    .iter()
-                    .flat_map(|r| r["stats"].as_object().cloned().unwrap_or_default())
-                    .collect();
+                let parts: Vec<(String, Value)> =
+                    recorded.iter().flat_map(|r| r["stats"].as_object().cloned().unwrap_or_default()).collect();
                 let transient = move |v: &Value| {
                     v["model"]["promoting"] != json!({})
                         || (models.contains(&v["model"])
@@ -572,7 +558,8 @@ fn run(rec: Recording, mutation: Option<Mutation>, until: Option<&str>) -> Vec<R
                 Ok(report) if report.mismatches.is_empty() => (Verdict::Ok, ex.exchanges.len(), 200),
                 Ok(report) => {
                     let mut m = report.mismatches.clone();
-                    let show = |states: &[Value]| states.iter().map(Value::to_string).collect::<Vec<_>>().join("\n      ");
+                    let show =
+                        |states: &[Value]| states.iter().map(Value::to_string).collect::<Vec<_>>().join("\n      ");
                     m.push(format!("recorded states:\n      {}", show(&report.recorded)));
                     m.push(format!("observed states:\n      {}", show(&report.observed)));
                     (Verdict::Mismatch(m), ex.exchanges.len(), 200)
@@ -604,7 +591,10 @@ fn run(rec: Recording, mutation: Option<Mutation>, until: Option<&str>) -> Vec<R
     }
     let compared = rows.iter().filter(|r| matches!(r.verdict, Verdict::Ok | Verdict::Mismatch(_))).count();
     let values: usize = rows.iter().map(|r| r.values).sum();
-    println!("--- {rec:?}{label}: {compared} exchanges compared by value ({values} values), {} skipped", rows.len() - compared);
+    println!(
+        "--- {rec:?}{label}: {compared} exchanges compared by value ({values} values), {} skipped",
+        rows.len() - compared
+    );
     rows
 }
 

@@ -7,9 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use testbed::codis::slothash::slot_of;
-use testbed::{
-    CodisDouble, DoubleOptions, Ledger, ProxyDouble, ProxyOptions, RedisServer, Workload, WorkloadOptions,
-};
+use testbed::{CodisDouble, DoubleOptions, Ledger, ProxyDouble, ProxyOptions, RedisServer, Workload, WorkloadOptions};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -51,7 +49,8 @@ impl Bed {
     fn assign_all_to(&self, gid: u32) {
         let n = self.double.options().max_slot_num;
         let body: Vec<String> = (0..n).map(|s| format!("{{\"id\":{s},\"group_id\":{gid}}}")).collect();
-        let reply = self.double.call_with_body("PUT", "/api/topom/slots/assign/{xauth}", &format!("[{}]", body.join(",")));
+        let reply =
+            self.double.call_with_body("PUT", "/api/topom/slots/assign/{xauth}", &format!("[{}]", body.join(",")));
         assert!(reply.is_ok(), "{reply:?}");
     }
 
@@ -221,12 +220,7 @@ fn a_drain_that_drops_one_slots_keys_is_caught_by_the_verifier() {
     ok(&bed.double, "/api/topom/slots/action/create-some/{xauth}/1/2/64");
     assert!(bed.drained(1), "the drain did not finish");
     ledger.merge(workload.stop());
-    let expected: Vec<String> = ledger
-        .acked
-        .keys()
-        .filter(|k| slot_of(k.as_bytes(), 64) == victim)
-        .cloned()
-        .collect();
+    let expected: Vec<String> = ledger.acked.keys().filter(|k| slot_of(k.as_bytes(), 64) == victim).cloned().collect();
     assert!(!expected.is_empty(), "no acknowledged key in slot {victim}");
     let through = ledger.verify_through(&bed.proxy.data_addr());
     let lost_slots: std::collections::BTreeSet<usize> =

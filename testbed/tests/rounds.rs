@@ -189,7 +189,11 @@ fn a_restart_loses_what_codis_keeps_in_memory_and_keeps_the_model() {
 fn group_add_checks_the_server_with_slotsinfo_which_only_a_stand_in_answers() {
     let redis = RedisServer::start();
     let overrides: BTreeMap<String, String> = [(pod(0), redis.addr())].into();
-    let native = CodisDouble::start(DoubleOptions { overrides: overrides.clone(), redis_stand_ins: false, ..DoubleOptions::default() });
+    let native = CodisDouble::start(DoubleOptions {
+        overrides: overrides.clone(),
+        redis_stand_ins: false,
+        ..DoubleOptions::default()
+    });
     ok(&native, "/api/topom/group/create/{xauth}/1");
     let c = cause(&native, &format!("/api/topom/group/add/{{xauth}}/1/{}", pod(0)));
     assert!(c.starts_with("ERR unknown command 'SLOTSINFO'"), "{c}");

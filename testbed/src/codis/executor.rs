@@ -108,11 +108,7 @@ async fn process_slot_actions(sh: &Arc<Shared>, generation: u64) -> Result<(), A
 }
 
 /// `SlotActionPrepareFilter`: picks the round's next slot and walks it to `migrating`, pushing each step.
-async fn prepare_next(
-    sh: &Shared,
-    marks: &mut BTreeSet<u32>,
-    plans: &mut [usize],
-) -> Result<Option<usize>, ApiError> {
+async fn prepare_next(sh: &Shared, marks: &mut BTreeSet<u32>, plans: &mut [usize]) -> Result<Option<usize>, ApiError> {
     let _op = sh.op.lock().await;
     let sid = {
         let mut st = sh.state();
@@ -265,11 +261,7 @@ async fn complete(sh: &Shared, sid: usize) -> Result<(), ApiError> {
     push(sh, forward).await?;
     let mut st = sh.state();
     let m = st.topo.slots[sid];
-    st.topo.slots[sid] = SlotMapping {
-        id: sid,
-        group_id: m.action.target_id,
-        action: SlotAction::default(),
-    };
+    st.topo.slots[sid] = SlotMapping { id: sid, group_id: m.action.target_id, action: SlotAction::default() };
     // What the slot's goroutine stores right after (`status.Store("")`), in the same step.
     st.mem.slot_action.progress.status = String::new();
     Ok(())
@@ -278,14 +270,7 @@ async fn complete(sh: &Shared, sid: usize) -> Result<(), ApiError> {
 /// One batch of `sid` from `from` to `dest`: what `SLOTSMGRTTAGSLOT-ASYNC` does on codis-server, emulated on a
 /// redis-server stand-in (or sent as is to a real codis-server). Returns what codis-server answers: the slot's
 /// key count on the source before this batch's keys are released (0: nothing left).
-async fn batch(
-    sh: &Shared,
-    sid: usize,
-    done: u32,
-    from: &str,
-    dest: &str,
-    generation: u64,
-) -> Result<usize, String> {
+async fn batch(sh: &Shared, sid: usize, done: u32, from: &str, dest: &str, generation: u64) -> Result<usize, String> {
     wait_hold(sh, sid, done, true, generation).await;
     let (error, fault, ticks) = {
         let st = sh.state();
@@ -349,7 +334,8 @@ async fn emulated_batch(
         conn.request(&args).await
     } else {
         let (host, port) = split_host_port(dest_real);
-        let mut args: Vec<&[u8]> = vec![b"MIGRATE", host.as_bytes(), port.as_bytes(), b"", b"0", BATCH_TIMEOUT_MS.as_bytes(), b"REPLACE"];
+        let mut args: Vec<&[u8]> =
+            vec![b"MIGRATE", host.as_bytes(), port.as_bytes(), b"", b"0", BATCH_TIMEOUT_MS.as_bytes(), b"REPLACE"];
         if let Some(pw) = sh.password().filter(|p| !p.is_empty()) {
             args.extend([b"AUTH".as_slice(), pw.as_bytes()]);
         }
@@ -390,10 +376,9 @@ async fn native_batch(conn: &mut Conn, sid: usize, dest_real: &str) -> Result<us
         .await?;
     match &reply {
         Reply::Error(e) => Err(e.clone()),
-        Reply::Array(Some(p)) if p.len() == 2 => p[1]
-            .as_int()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| format!("invalid response = {reply:?}")),
+        Reply::Array(Some(p)) if p.len() == 2 => {
+            p[1].as_int().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| format!("invalid response = {reply:?}"))
+        }
         _ => Err(format!("invalid response = {reply:?}")),
     }
 }
@@ -433,10 +418,7 @@ async fn process_sync_action(sh: &Shared) -> Result<(), ApiError> {
         if !g.promoting.state.is_nothing() {
             return Ok(());
         }
-        g.servers[index].action = ServerAction {
-            index: 0,
-            state: ServerActionState::Syncing,
-        };
+        g.servers[index].action = ServerAction { index: 0, state: ServerActionState::Syncing };
         let master = if index == 0 { None } else { g.master().map(str::to_owned) };
         (gid, addr, master)
     };
@@ -462,11 +444,7 @@ async fn process_sync_action(sh: &Shared) -> Result<(), ApiError> {
     if server.action.state != ServerActionState::Syncing {
         return Ok(());
     }
-    let state = if result.is_ok() {
-        ServerActionState::Synced
-    } else {
-        ServerActionState::SyncedFailed
-    };
+    let state = if result.is_ok() { ServerActionState::Synced } else { ServerActionState::SyncedFailed };
     server.action = ServerAction { index: 0, state };
     if fork && index != 0 {
         // The fork marks a server whose sync action completed as offline (state 2); see reference §14.5.

@@ -43,9 +43,9 @@ mod stats;
 pub(crate) mod wire;
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -54,9 +54,8 @@ use axum::http::Request;
 use tower::ServiceExt;
 
 pub use model::{
-    ErrorBody, Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStats, ProxyStatsEntry,
-    ServerAction, ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping,
-    SlotState, TopomModel,
+    ErrorBody, Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStats, ProxyStatsEntry, ServerAction,
+    ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState, TopomModel,
 };
 pub use state::{MigrationHold, Mutation};
 pub use wire::{proxy_xauth, xauth};
@@ -213,9 +212,7 @@ impl Snapshot {
     /// The group holding `addr` and the server entry.
     #[must_use]
     pub fn server(&self, addr: &str) -> Option<(&Group, &GroupServer)> {
-        self.groups
-            .iter()
-            .find_map(|g| g.servers.iter().find(|s| s.server == addr).map(|s| (g, s)))
+        self.groups.iter().find_map(|g| g.servers.iter().find(|s| s.server == addr).map(|s| (g, s)))
     }
 
     /// Number of slots whose `group_id` is `gid`.
@@ -227,10 +224,7 @@ impl Snapshot {
     /// Slots with any action (pending included).
     #[must_use]
     pub fn with_action(&self) -> Vec<&SlotMapping> {
-        self.slots
-            .iter()
-            .filter(|m| !m.action.state.is_nothing())
-            .collect()
+        self.slots.iter().filter(|m| !m.action.state.is_nothing()).collect()
     }
 }
 
@@ -416,26 +410,14 @@ impl Shared {
 
     /// The real address to dial for a registered server or proxy admin address.
     pub(crate) fn dial_target(&self, addr: &str) -> String {
-        let overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        overrides
-            .get(addr)
-            .cloned()
-            .unwrap_or_else(|| addr.to_owned())
+        let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
+        overrides.get(addr).cloned().unwrap_or_else(|| addr.to_owned())
     }
 
     /// The registered spelling of a real address, if an override maps to it.
     pub(crate) fn registered_name(&self, real: &str) -> Option<String> {
-        let overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        overrides
-            .iter()
-            .find(|(_, r)| r.as_str() == real)
-            .map(|(k, _)| k.clone())
+        let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
+        overrides.iter().find(|(_, r)| r.as_str() == real).map(|(k, _)| k.clone())
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
@@ -461,9 +443,8 @@ impl Shared {
 
     fn take_fault(&self, path: &str) -> Option<Fault> {
         let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
-        let rule = faults
-            .iter_mut()
-            .find(|r| r.remaining > 0 && r.prefix.as_deref().is_none_or(|p| path.starts_with(p)))?;
+        let rule =
+            faults.iter_mut().find(|r| r.remaining > 0 && r.prefix.as_deref().is_none_or(|p| path.starts_with(p)))?;
         rule.remaining -= 1;
         let fault = rule.fault.clone();
         faults.retain(|r| r.remaining > 0);
@@ -473,11 +454,7 @@ impl Shared {
     fn record(&self, method: &str, path: &str, status: u16) {
         let path = path.replace(&self.xauth, "{xauth}");
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        log.push(RequestRecord {
-            method: method.to_owned(),
-            path,
-            status,
-        });
+        log.push(RequestRecord { method: method.to_owned(), path, status });
     }
 }
 
@@ -491,10 +468,7 @@ pub struct CodisDouble {
 
 impl std::fmt::Debug for CodisDouble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CodisDouble")
-            .field("addr", &self.addr())
-            .field("product", &self.shared.opts.product)
-            .finish()
+        f.debug_struct("CodisDouble").field("addr", &self.addr()).field("product", &self.shared.opts.product).finish()
     }
 }
 
@@ -513,10 +487,8 @@ impl CodisDouble {
     /// # Errors
     /// When the address cannot be bound or the thread cannot be started.
     pub fn try_start(opts: DoubleOptions) -> std::io::Result<Self> {
-        let std_listener = std::net::TcpListener::bind(
-            opts.listen
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-        )?;
+        let std_listener =
+            std::net::TcpListener::bind(opts.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))))?;
         let addr = std_listener.local_addr()?.to_string();
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -534,9 +506,7 @@ impl CodisDouble {
             admin_addr: addr,
             product_name: opts.product.clone(),
             pid: std::process::id(),
-            pwd: std::env::current_dir()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            pwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
             sys: "testbed codis dashboard double".into(),
         };
         let shared = Arc::new(Shared {
@@ -557,9 +527,7 @@ impl CodisDouble {
             opts,
         });
         let rt = Runtime::start("codis-double")?;
-        let router = axum::Router::new()
-            .fallback(api::dispatch)
-            .with_state(shared.clone());
+        let router = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
         let handler_shared = shared.clone();
         let handler: Handler = Arc::new(move |req: Request<Body>| {
             let router = router.clone();
@@ -589,11 +557,7 @@ impl CodisDouble {
         rt.handle().spawn(executor::run_slots(shared.clone()));
         rt.handle().spawn(executor::run_syncs(shared.clone()));
         rt.handle().spawn(stats::run(shared.clone()));
-        Ok(Self {
-            shared,
-            listener,
-            _rt: rt,
-        })
+        Ok(Self { shared, listener, _rt: rt })
     }
 
     /// `127.0.0.1:<port>`.
@@ -628,11 +592,7 @@ impl CodisDouble {
 
     /// Maps a registered address to a real one from now on (e.g. a pod added after start).
     pub fn set_override(&self, registered: &str, real: &str) {
-        let mut overrides = self
-            .shared
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut overrides = self.shared.overrides.lock().unwrap_or_else(PoisonError::into_inner);
         overrides.insert(registered.to_owned(), real.to_owned());
     }
 
@@ -649,10 +609,7 @@ impl CodisDouble {
         let path = path.replace("{xauth}", &self.shared.xauth);
         match crate::httpd::blocking_request(&self.addr(), method, &path, body) {
             Ok((status, body)) => HttpReply { status, body },
-            Err(e) => HttpReply {
-                status: 0,
-                body: e.to_string(),
-            },
+            Err(e) => HttpReply { status: 0, body: e.to_string() },
         }
     }
 
@@ -672,22 +629,14 @@ impl CodisDouble {
     /// The current override map (registered → real).
     #[must_use]
     pub fn overrides(&self) -> BTreeMap<String, String> {
-        self.shared
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.overrides.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Starts recording `projection` of the state at every change (consecutive equal values collapse), with the
     /// time since this call; replaces a running trace. For checking the order of states against a recording.
     pub fn start_trace(&self, projection: impl Fn(&Snapshot) -> serde_json::Value + Send + 'static) {
         let first = projection(&self.snapshot());
-        let mut trace = self
-            .shared
-            .trace
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut trace = self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner);
         *trace = Some(Trace {
             projection: Box::new(projection),
             started: Instant::now(),
@@ -699,22 +648,12 @@ impl CodisDouble {
     /// Stops the trace and returns what it recorded.
     pub fn take_trace(&self) -> Vec<(Duration, serde_json::Value)> {
         self.shared.tracing.store(false, Ordering::SeqCst);
-        self.shared
-            .trace
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .map(|t| t.log)
-            .unwrap_or_default()
+        self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner).take().map(|t| t.log).unwrap_or_default()
     }
 
     /// Polls [`CodisDouble::snapshot`] every few milliseconds until `ready` holds; the matching snapshot, or `None`
     /// after `timeout`.
-    pub fn wait_for(
-        &self,
-        timeout: Duration,
-        mut ready: impl FnMut(&Snapshot) -> bool,
-    ) -> Option<Snapshot> {
+    pub fn wait_for(&self, timeout: Duration, mut ready: impl FnMut(&Snapshot) -> bool) -> Option<Snapshot> {
         let deadline = Instant::now() + timeout;
         loop {
             let snap = self.snapshot();
@@ -738,20 +677,12 @@ impl CodisDouble {
     /// Every request received so far.
     #[must_use]
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.log.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Forgets the request log.
     pub fn clear_requests(&self) {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.log.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// The next `n` requests (any path) fail with `fault`.
@@ -762,45 +693,26 @@ impl CodisDouble {
     /// The next `n` requests whose path starts with `prefix` fail with `fault`; `{xauth}` may be written out, e.g.
     /// `/api/topom/group/promote/` or `/api/topom/group/promote/{xauth}/2/`.
     pub fn fail_next_on(&self, prefix: &str, n: usize, fault: Fault) {
-        self.push_fault(
-            Some(prefix.replace("{xauth}", &self.shared.xauth)),
-            n,
-            fault,
-        );
+        self.push_fault(Some(prefix.replace("{xauth}", &self.shared.xauth)), n, fault);
     }
 
     fn push_fault(&self, prefix: Option<String>, n: usize, fault: Fault) {
         if n > 0 {
-            let mut faults = self
-                .shared
-                .faults
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            faults.push(FaultRule {
-                prefix,
-                remaining: n,
-                fault,
-            });
+            let mut faults = self.shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+            faults.push(FaultRule { prefix, remaining: n, fault });
         }
     }
 
     /// Drops every pending fault.
     pub fn clear_faults(&self) {
-        self.shared
-            .faults
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.faults.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// Makes every migration batch of `slot` fail with `text`, as a codis-server error reply would: the slot ends
     /// its round with `[ERROR] Slot[NNNN]: <text>` and stays `migrating`, the executor sleeps 5 s + 1 s (scaled) and
     /// tries again, until [`CodisDouble::clear_slot_error`].
     pub fn set_slot_error(&self, slot: usize, text: &str) {
-        self.shared
-            .state()
-            .slot_errors
-            .insert(slot, text.to_owned());
+        self.shared.state().slot_errors.insert(slot, text.to_owned());
     }
 
     /// Lets `slot` migrate again.
@@ -812,10 +724,7 @@ impl CodisDouble {
     /// batches as its keys need, at their real speed), like a slot with many keys; takes effect on a slot already
     /// migrating. While such a batch runs, `slot_action.executor` is 1 and promotes are refused.
     pub fn set_migration_ticks(&self, slot: usize, ticks: u32) {
-        self.shared
-            .state()
-            .migration_ticks
-            .insert(slot, ticks.max(1));
+        self.shared.state().migration_ticks.insert(slot, ticks.max(1));
     }
 
     /// [`CodisDouble::set_migration_ticks`] for every slot without its own setting.
@@ -839,24 +748,12 @@ impl CodisDouble {
     pub fn resume(&self) -> std::io::Result<()> {
         self.shared.state().restart();
         {
-            let mut topom = self
-                .shared
-                .topom
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut topom = self.shared.topom.lock().unwrap_or_else(PoisonError::into_inner);
             topom.token = wire::token(&format!("dashboard/{}/{}", self.shared.opts.product, topom.admin_addr));
             topom.start_time = wire::go_time_now();
         }
-        self.shared
-            .action_pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        self.shared
-            .stats_pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.action_pool.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.shared.stats_pool.lock().unwrap_or_else(PoisonError::into_inner).clear();
         self.listener.resume()?;
         self.shared.paused.store(false, Ordering::SeqCst);
         Ok(())
@@ -926,22 +823,12 @@ impl CodisDouble {
     /// When the group or the server does not exist, or `addr` is the master.
     pub fn promote_in_progress(&self, gid: u32, addr: &str) -> Result<(), DoubleError> {
         let mut st = self.shared.state();
-        let g = st
-            .topo
-            .groups
-            .get_mut(&gid)
-            .ok_or(DoubleError::NoGroup(gid))?;
-        let index = g.index_of(addr).ok_or_else(|| DoubleError::NoServer {
-            gid,
-            addr: addr.to_owned(),
-        })?;
+        let g = st.topo.groups.get_mut(&gid).ok_or(DoubleError::NoGroup(gid))?;
+        let index = g.index_of(addr).ok_or_else(|| DoubleError::NoServer { gid, addr: addr.to_owned() })?;
         if index == 0 {
             return Err(DoubleError::IsMaster { gid });
         }
-        g.promoting = Promoting {
-            index: u32::try_from(index).unwrap_or(u32::MAX),
-            state: PromotingState::Preparing,
-        };
+        g.promoting = Promoting { index: u32::try_from(index).unwrap_or(u32::MAX), state: PromotingState::Preparing };
         Ok(())
     }
 }

@@ -40,31 +40,19 @@ async fn decode<T: DeserializeOwned>(
 ) -> Result<T, String> {
     let resp = resp.map_err(|e| transport_error(method, url, target, &e))?;
     let status = resp.status().as_u16();
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| transport_error(method, url, target, &e))?;
+    let body = resp.bytes().await.map_err(|e| transport_error(method, url, target, &e))?;
     if status == 200 {
         return serde_json::from_slice(&body).map_err(|e| format!("json decode failed: {e}"));
     }
     let cause = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("Cause").and_then(|c| c.as_str()).map(str::to_owned));
-    Err(cause.unwrap_or_else(|| {
-        format!(
-            "http status {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        )
-    }))
+    Err(cause.unwrap_or_else(|| format!("http status {status}: {}", String::from_utf8_lossy(&body).trim())))
 }
 
 impl ProxyClient {
     pub(crate) fn new(http: &reqwest::Client, target: &str, xauth: &str) -> Self {
-        Self {
-            http: http.clone(),
-            target: target.to_owned(),
-            xauth: xauth.to_owned(),
-        }
+        Self { http: http.clone(), target: target.to_owned(), xauth: xauth.to_owned() }
     }
 
     fn url(&self, path: &str) -> String {
@@ -81,9 +69,7 @@ impl ProxyClient {
         let url = self.url(&format!("{path}/{}", self.xauth));
         let mut req = self.http.put(&url);
         if let Some(b) = body {
-            req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(b);
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
         let reply: String = decode("Put", &url, &self.target, req.send().await).await?;
         if reply == "OK" {
@@ -117,11 +103,7 @@ impl ProxyClient {
 
     /// `PUT /api/proxy/sentinels/{pxauth}` (upstream only; the double has no sentinels).
     pub(crate) async fn set_sentinels(&self) -> Result<(), String> {
-        self.put_ok(
-            "/api/proxy/sentinels",
-            Some("{\"out_of_sync\":false}".into()),
-        )
-        .await
+        self.put_ok("/api/proxy/sentinels", Some("{\"out_of_sync\":false}".into())).await
     }
 
     /// `PUT /api/proxy/shutdown/{pxauth}`.

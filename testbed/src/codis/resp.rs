@@ -90,10 +90,7 @@ fn os_text(e: &std::io::Error) -> String {
             let text = e.to_string();
             let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
             let mut chars = text.chars();
-            chars
-                .next()
-                .map(|c| c.to_lowercase().collect::<String>() + chars.as_str())
-                .unwrap_or_default()
+            chars.next().map(|c| c.to_lowercase().collect::<String>() + chars.as_str()).unwrap_or_default()
         }
     }
 }
@@ -101,28 +98,18 @@ fn os_text(e: &std::io::Error) -> String {
 impl Conn {
     /// Dials `addr` (`host:port`) within `timeout`, then sends `AUTH` when a password is given, like Codis's
     /// `redis.NewClient`. Errors read like Go's.
-    pub(crate) async fn dial(
-        addr: &str,
-        password: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Self, String> {
+    pub(crate) async fn dial(addr: &str, password: Option<&str>, timeout: Duration) -> Result<Self, String> {
         let Some((host, port)) = addr.rsplit_once(':') else {
             return Err(format!("dial tcp: address {addr}: missing port in address"));
         };
         if port.parse::<u16>().is_err() {
             return Err(format!("dial tcp: address {addr}: invalid port"));
         }
-        let resolved: Vec<SocketAddr> =
-            match tokio::time::timeout(timeout, tokio::net::lookup_host(addr)).await {
-                Ok(Ok(addrs)) => addrs.collect(),
-                Ok(Err(_)) => {
-                    return Err(format!(
-                        "dial tcp: lookup {}: no such host",
-                        host.trim_matches(['[', ']'])
-                    ))
-                }
-                Err(_) => return Err(format!("dial tcp: lookup {host}: i/o timeout")),
-            };
+        let resolved: Vec<SocketAddr> = match tokio::time::timeout(timeout, tokio::net::lookup_host(addr)).await {
+            Ok(Ok(addrs)) => addrs.collect(),
+            Ok(Err(_)) => return Err(format!("dial tcp: lookup {}: no such host", host.trim_matches(['[', ']']))),
+            Err(_) => return Err(format!("dial tcp: lookup {host}: i/o timeout")),
+        };
         let Some(target) = resolved.first().copied() else {
             return Err(format!("dial tcp: lookup {host}: no such host"));
         };
@@ -131,16 +118,8 @@ impl Conn {
             Ok(Err(e)) => return Err(format!("dial tcp {target}: connect: {}", os_text(&e))),
             Err(_) => return Err(format!("dial tcp {target}: i/o timeout")),
         };
-        let local = stream
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        let mut conn = Self {
-            stream: BufStream::new(stream),
-            local,
-            peer: target.to_string(),
-            timeout,
-        };
+        let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let mut conn = Self { stream: BufStream::new(stream), local, peer: target.to_string(), timeout };
         if let Some(p) = password.filter(|p| !p.is_empty()) {
             conn.call(&["AUTH", p]).await?;
         }
@@ -212,9 +191,7 @@ impl Conn {
 
     /// The next message a subscribed connection receives; waits as long as it takes.
     pub(crate) async fn next_message(&mut self) -> Result<Reply, String> {
-        read_reply(&mut self.stream)
-            .await
-            .map_err(|e| self.io_error("read", &e))
+        read_reply(&mut self.stream).await.map_err(|e| self.io_error("read", &e))
     }
 
     /// Sends one command of binary-safe arguments; the reply as it came, RESP errors included. `Err` only for
@@ -249,10 +226,7 @@ impl Conn {
 
     /// `INFO [section]` as a flat map, plus `master_addr` (from `master_host`/`master_port`) and `maxmemory` (from
     /// `CONFIG GET maxmemory`), as Codis's `Client.Info` builds it.
-    pub(crate) async fn info(
-        &mut self,
-        section: Option<&str>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    pub(crate) async fn info(&mut self, section: Option<&str>) -> Result<BTreeMap<String, String>, String> {
         let reply = match section {
             Some(s) => self.call(&["INFO", s]).await?,
             None => self.call(&["INFO"]).await?,
@@ -312,20 +286,14 @@ where
         }
         let bad = || std::io::Error::new(ErrorKind::InvalidData, "Protocol error: invalid multibulk length");
         if line.first() != Some(&b'*') {
-            let words: Vec<Vec<u8>> = line
-                .split(|b| *b == b' ')
-                .filter(|w| !w.is_empty())
-                .map(<[u8]>::to_vec)
-                .collect();
+            let words: Vec<Vec<u8>> =
+                line.split(|b| *b == b' ').filter(|w| !w.is_empty()).map(<[u8]>::to_vec).collect();
             if words.is_empty() {
                 continue;
             }
             return Ok(Some(words));
         }
-        let n: usize = std::str::from_utf8(&line[1..])
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(bad)?;
+        let n: usize = std::str::from_utf8(&line[1..]).ok().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
         let mut args = Vec::with_capacity(n);
         for _ in 0..n {
             let mut head = Vec::new();
@@ -333,10 +301,7 @@ where
                 return Err(ErrorKind::UnexpectedEof.into());
             }
             let text = std::str::from_utf8(&head).map_err(|_| bad())?.trim_end();
-            let len: usize = text
-                .strip_prefix('$')
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(bad)?;
+            let len: usize = text.strip_prefix('$').and_then(|t| t.parse().ok()).ok_or_else(bad)?;
             let mut buf = vec![0; len + 2];
             stream.read_exact(&mut buf).await?;
             buf.truncate(len);
@@ -401,23 +366,11 @@ mod tests {
     #[tokio::test]
     async fn dial_errors_read_like_go() {
         let port = free_port();
-        let err = Conn::dial(&format!("127.0.0.1:{port}"), None, Duration::from_secs(1))
-            .await
-            .err()
-            .unwrap();
-        assert_eq!(
-            err,
-            format!("dial tcp 127.0.0.1:{port}: connect: connection refused")
-        );
-        let err = Conn::dial("no-such-host.invalid:9221", None, Duration::from_secs(1))
-            .await
-            .err()
-            .unwrap();
+        let err = Conn::dial(&format!("127.0.0.1:{port}"), None, Duration::from_secs(1)).await.err().unwrap();
+        assert_eq!(err, format!("dial tcp 127.0.0.1:{port}: connect: connection refused"));
+        let err = Conn::dial("no-such-host.invalid:9221", None, Duration::from_secs(1)).await.err().unwrap();
         assert_eq!(err, "dial tcp: lookup no-such-host.invalid: no such host");
-        let err = Conn::dial("10.0.0.1", None, Duration::from_secs(1))
-            .await
-            .err()
-            .unwrap();
+        let err = Conn::dial("10.0.0.1", None, Duration::from_secs(1)).await.err().unwrap();
         assert_eq!(err, "dial tcp: address 10.0.0.1: missing port in address");
     }
 
@@ -426,18 +379,12 @@ mod tests {
         let master = RedisServer::start();
         let replica = RedisServer::start();
         let _ = replica.command(&["SLAVEOF", "127.0.0.1", &master.port().to_string()]);
-        let mut c = Conn::dial(&replica.addr(), None, Duration::from_secs(1))
-            .await
-            .unwrap();
+        let mut c = Conn::dial(&replica.addr(), None, Duration::from_secs(1)).await.unwrap();
         let info = c.info(None).await.unwrap();
         assert_eq!(info["role"], "slave");
         assert_eq!(info["master_addr"], master.addr());
         assert_eq!(info["maxmemory"], "0");
-        let err = c
-            .call(&["SLAVEOF", "127.0.0.1", "1", "-f"])
-            .await
-            .err()
-            .unwrap();
+        let err = c.call(&["SLAVEOF", "127.0.0.1", "1", "-f"]).await.err().unwrap();
         assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
     }
 }

@@ -147,11 +147,7 @@ async fn lineage(conn: &mut Conn) -> Result<String, String> {
         Reply::Error(e) => return Err(e),
         r => r.text().unwrap_or_default(),
     };
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("master_replid:"))
-        .map(|v| v.trim().to_owned())
-        .unwrap_or_default())
+    Ok(text.lines().find_map(|l| l.strip_prefix("master_replid:")).map(|v| v.trim().to_owned()).unwrap_or_default())
 }
 
 /// Makes sure the index of `real` (reached through `conn`, which this may use) holds every key of the backend as
@@ -187,16 +183,9 @@ async fn rebuild(
     if let Reply::Error(err) = reply {
         return Err(format!("turning on keyspace events: {err}"));
     }
-    let channel = format!(
-        "testbed:slot-index:{}:{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    );
+    let channel = format!("testbed:slot-index:{}:{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
     let mut sub = Conn::dial(real, password, Duration::from_secs(5)).await?;
-    for args in [
-        [b"PSUBSCRIBE".as_slice(), b"__keyevent@0__:*"],
-        [b"SUBSCRIBE".as_slice(), channel.as_bytes()],
-    ] {
+    for args in [[b"PSUBSCRIBE".as_slice(), b"__keyevent@0__:*"], [b"SUBSCRIBE".as_slice(), channel.as_bytes()]] {
         match sub.request(&args).await? {
             Reply::Array(Some(_)) => {}
             other => return Err(format!("subscribing to keyspace events: {other:?}")),

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::model::{
-    Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerAction,
-    ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState,
+    Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerAction, ServerActionState,
+    ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState,
 };
 use super::rebalance;
 use super::wire::ApiError;
@@ -33,18 +33,14 @@ impl AssignItem {
     /// Parses a body the way martini's JSON binding does: anything that is not an array of objects is treated as
     /// empty, and fields of the wrong type read as zero (reference §1: a malformed body still returns `"OK"`).
     pub(crate) fn parse_body(body: &[u8]) -> Vec<Self> {
-        let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(body)
-        else {
+        let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(body) else {
             return Vec::new();
         };
         items
             .iter()
             .map(|v| Self {
                 id: v.get("id").and_then(serde_json::Value::as_i64).unwrap_or(0),
-                group_id: v
-                    .get("group_id")
-                    .and_then(serde_json::Value::as_i64)
-                    .unwrap_or(0),
+                group_id: v.get("group_id").and_then(serde_json::Value::as_i64).unwrap_or(0),
                 action_state: v
                     .get("action")
                     .and_then(|a| a.get("state"))
@@ -76,12 +72,7 @@ impl Topo {
             fork,
             forward_method,
             groups: BTreeMap::new(),
-            slots: (0..max_slot_num)
-                .map(|id| SlotMapping {
-                    id,
-                    ..SlotMapping::default()
-                })
-                .collect(),
+            slots: (0..max_slot_num).map(|id| SlotMapping { id, ..SlotMapping::default() }).collect(),
             proxies: BTreeMap::new(),
             mutation: None,
         }
@@ -92,20 +83,15 @@ impl Topo {
     }
 
     pub(crate) fn group(&self, gid: i64) -> Result<&Group, ApiError> {
-        Self::gid(gid)
-            .and_then(|g| self.groups.get(&g))
-            .ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
+        Self::gid(gid).and_then(|g| self.groups.get(&g)).ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
     }
 
     fn group_mut(&mut self, gid: i64) -> Result<&mut Group, ApiError> {
-        Self::gid(gid)
-            .and_then(|g| self.groups.get_mut(&g))
-            .ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
+        Self::gid(gid).and_then(|g| self.groups.get_mut(&g)).ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
     }
 
     pub(crate) fn index_in(g: &Group, addr: &str) -> Result<usize, ApiError> {
-        g.index_of(addr)
-            .ok_or_else(|| err(format!("group-[{}] doesn't have server-[{addr}]", g.id)))
+        g.index_of(addr).ok_or_else(|| err(format!("group-[{}] doesn't have server-[{addr}]", g.id)))
     }
 
     pub(crate) fn group_of_server(&self, addr: &str) -> Result<u32, ApiError> {
@@ -125,18 +111,11 @@ impl Topo {
 
     /// A slot belongs to, or is moving into, the group.
     pub(crate) fn is_group_in_use(&self, gid: u32) -> bool {
-        self.slots
-            .iter()
-            .any(|m| m.group_id == gid || m.action.target_id == gid)
+        self.slots.iter().any(|m| m.group_id == gid || m.action.target_id == gid)
     }
 
     pub(crate) fn max_slot_action_index(&self) -> u32 {
-        self.slots
-            .iter()
-            .filter(|m| !m.action.state.is_nothing())
-            .map(|m| m.action.index)
-            .max()
-            .unwrap_or(0)
+        self.slots.iter().filter(|m| !m.action.state.is_nothing()).map(|m| m.action.index).max().unwrap_or(0)
     }
 
     /// Among pending sync actions only, as Codis counts.
@@ -151,11 +130,8 @@ impl Topo {
     }
 
     pub(crate) fn new_server(&self, addr: &str, datacenter: &str) -> GroupServer {
-        let mut s = GroupServer {
-            server: addr.to_owned(),
-            datacenter: datacenter.to_owned(),
-            ..GroupServer::default()
-        };
+        let mut s =
+            GroupServer { server: addr.to_owned(), datacenter: datacenter.to_owned(), ..GroupServer::default() };
         if self.fork {
             s.role = Some(String::new());
             s.binlog_file_num = Some(0);
@@ -172,18 +148,11 @@ impl Topo {
         if gid <= 0 || gid > MAX_GROUP_ID {
             return Err(err(format!("invalid group id = {gid}, out of range")));
         }
-        let id =
-            Self::gid(gid).ok_or_else(|| err(format!("invalid group id = {gid}, out of range")))?;
+        let id = Self::gid(gid).ok_or_else(|| err(format!("invalid group id = {gid}, out of range")))?;
         if self.groups.contains_key(&id) {
             return Err(err(format!("group-[{gid}] already exists")));
         }
-        self.groups.insert(
-            id,
-            Group {
-                id,
-                ..Group::default()
-            },
-        );
+        self.groups.insert(id, Group { id, ..Group::default() });
         Ok(())
     }
 
@@ -199,12 +168,7 @@ impl Topo {
     }
 
     /// `group/add` after the dial check.
-    pub(crate) fn group_add_server(
-        &mut self,
-        gid: i64,
-        datacenter: &str,
-        addr: &str,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn group_add_server(&mut self, gid: i64, datacenter: &str, addr: &str) -> Result<(), ApiError> {
         if addr.is_empty() {
             return Err(err("invalid server address".to_owned()));
         }
@@ -228,10 +192,7 @@ impl Topo {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
         if index == 0 && (g.servers.len() != 1 || self.is_group_in_use(g.id)) {
-            return Err(err(format!(
-                "group-[{}] can't remove master, still in use",
-                g.id
-            )));
+            return Err(err(format!("group-[{}] can't remove master, still in use", g.id)));
         }
         let g = self.group_mut(gid)?;
         if index != 0 && g.servers[index].replica_group {
@@ -245,12 +206,7 @@ impl Topo {
     }
 
     /// `group/replica-groups`.
-    pub(crate) fn replica_groups(
-        &mut self,
-        gid: i64,
-        addr: &str,
-        value: bool,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn replica_groups(&mut self, gid: i64, addr: &str, value: bool) -> Result<(), ApiError> {
         let g = self.group(gid)?;
         let index = Self::index_in(g, addr)?;
         if !g.promoting.state.is_nothing() {
@@ -267,19 +223,11 @@ impl Topo {
 
     /// `group/replica-groups-all`.
     pub(crate) fn replica_groups_all(&mut self, value: bool) -> Result<(), ApiError> {
-        if let Some(g) = self
-            .groups
-            .values()
-            .find(|g| !g.promoting.state.is_nothing())
-        {
+        if let Some(g) = self.groups.values().find(|g| !g.promoting.state.is_nothing()) {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
-        let in_use: BTreeSet<u32> = self
-            .groups
-            .values()
-            .filter(|g| g.servers.len() != 1 && self.is_group_in_use(g.id))
-            .map(|g| g.id)
-            .collect();
+        let in_use: BTreeSet<u32> =
+            self.groups.values().filter(|g| g.servers.len() != 1 && self.is_group_in_use(g.id)).map(|g| g.id).collect();
         for g in self.groups.values_mut() {
             // Only a group whose flags change is touched.
             if g.servers.iter().all(|s| s.replica_group == value) {
@@ -297,10 +245,7 @@ impl Topo {
 
     fn server_mut(&mut self, addr: &str) -> Result<(&mut Group, usize), ApiError> {
         let gid = self.group_of_server(addr)?;
-        let g = self
-            .groups
-            .get_mut(&gid)
-            .ok_or_else(|| err(format!("server-[{addr}] doesn't exist")))?;
+        let g = self.groups.get_mut(&gid).ok_or_else(|| err(format!("server-[{addr}] doesn't exist")))?;
         if !g.promoting.state.is_nothing() {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
@@ -316,10 +261,7 @@ impl Topo {
         if action.state == ServerActionState::Pending {
             return Err(err(format!("server-[{addr}] action already exist")));
         }
-        *action = ServerAction {
-            index: next,
-            state: ServerActionState::Pending,
-        };
+        *action = ServerAction { index: next, state: ServerActionState::Pending };
         Ok(())
     }
 
@@ -344,11 +286,7 @@ impl Topo {
 
     fn start_action(&mut self, sid: usize, target: u32) {
         let index = self.max_slot_action_index() + 1;
-        self.slots[sid].action = SlotAction {
-            index,
-            state: SlotState::Pending,
-            target_id: target,
-        };
+        self.slots[sid].action = SlotAction { index, state: SlotState::Pending, target_id: target };
     }
 
     /// `slots/action/create`.
@@ -368,16 +306,10 @@ impl Topo {
 
     /// `slots/action/create-some`: only the destination is checked; up to `num` action-free slots of `src`, in
     /// ascending id order.
-    pub(crate) fn slot_create_some(
-        &mut self,
-        src: i64,
-        dst: i64,
-        num: i64,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn slot_create_some(&mut self, src: i64, dst: i64, num: i64) -> Result<(), ApiError> {
         let target = self.target_group(dst)?;
-        let eligible = |m: &&SlotMapping| {
-            m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target
-        };
+        let eligible =
+            |m: &&SlotMapping| m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target;
         let num = usize::try_from(num).unwrap_or(0);
         let picked: Vec<usize> = if self.mutation == Some(Mutation::CreateSomeTakesHighestSlots) {
             self.slots.iter().rev().filter(eligible).map(|m| m.id).take(num).collect()
@@ -391,12 +323,7 @@ impl Topo {
     }
 
     /// `slots/action/create-range`: all or nothing.
-    pub(crate) fn slot_create_range(
-        &mut self,
-        beg: i64,
-        end: i64,
-        gid: i64,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn slot_create_range(&mut self, beg: i64, end: i64, gid: i64) -> Result<(), ApiError> {
         let n = i64::try_from(self.slots.len()).unwrap_or(i64::MAX);
         if !(0 <= beg && beg <= end && end < n) {
             return Err(err(format!("invalid slot range [{beg},{end}]")));
@@ -443,10 +370,7 @@ impl Topo {
                 return Err(err(format!("group-[{}] is empty", g.id)));
             }
             if !item.action_state.is_empty() {
-                return Err(err(format!(
-                    "invalid slot-[{}] action = {}",
-                    item.id, item.action_state
-                )));
+                return Err(err(format!("invalid slot-[{}] action = {}", item.id, item.action_state)));
             }
         }
         let mut touched = Vec::new();
@@ -459,21 +383,14 @@ impl Topo {
                     g.out_of_sync = true;
                 }
             }
-            self.slots[s] = SlotMapping {
-                id: s,
-                group_id: gid,
-                action: SlotAction::default(),
-            };
+            self.slots[s] = SlotMapping { id: s, group_id: gid, action: SlotAction::default() };
             touched.push(s);
         }
         Ok(touched)
     }
 
     /// `slots/assign/{x}/offline`.
-    pub(crate) fn slots_assign_offline(
-        &mut self,
-        items: &[AssignItem],
-    ) -> Result<Vec<usize>, ApiError> {
+    pub(crate) fn slots_assign_offline(&mut self, items: &[AssignItem]) -> Result<Vec<usize>, ApiError> {
         for item in items {
             self.slot_index(item.id)?;
             if item.group_id != 0 {
@@ -485,10 +402,7 @@ impl Topo {
             let Ok(s) = self.slot_index(item.id) else {
                 continue;
             };
-            self.slots[s] = SlotMapping {
-                id: s,
-                ..SlotMapping::default()
-            };
+            self.slots[s] = SlotMapping { id: s, ..SlotMapping::default() };
             touched.push(s);
         }
         Ok(touched)
@@ -496,14 +410,8 @@ impl Topo {
 
     /// `slots/rebalance` plan.
     pub(crate) fn rebalance_plan(&self) -> Result<BTreeMap<usize, u32>, ApiError> {
-        let groups: Vec<u32> = self
-            .groups
-            .values()
-            .filter(|g| !g.servers.is_empty())
-            .map(|g| g.id)
-            .collect();
-        rebalance::plan(&self.slots, &groups)
-            .ok_or_else(|| err("no valid group could be found".to_owned()))
+        let groups: Vec<u32> = self.groups.values().filter(|g| !g.servers.is_empty()).map(|g| g.id).collect();
+        rebalance::plan(&self.slots, &groups).ok_or_else(|| err("no valid group could be found".to_owned()))
     }
 
     /// `slots/rebalance` with confirm: pending actions in ascending slot order.
@@ -517,42 +425,26 @@ impl Topo {
 
     /// Slots owned by, or moving into, the group.
     pub(crate) fn slots_of_group(&self, gid: u32) -> Vec<usize> {
-        self.slots
-            .iter()
-            .filter(|m| m.group_id == gid || m.action.target_id == gid)
-            .map(|m| m.id)
-            .collect()
+        self.slots.iter().filter(|m| m.group_id == gid || m.action.target_id == gid).map(|m| m.id).collect()
     }
 
     pub(crate) fn master_of(&self, gid: u32) -> String {
-        self.groups
-            .get(&gid)
-            .and_then(Group::master)
-            .unwrap_or_default()
-            .to_owned()
+        self.groups.get(&gid).and_then(Group::master).unwrap_or_default().to_owned()
     }
 
     fn is_group_locked(&self, gid: u32) -> bool {
-        self.groups
-            .get(&gid)
-            .is_some_and(|g| g.promoting.state == PromotingState::Prepared)
+        self.groups.get(&gid).is_some_and(|g| g.promoting.state == PromotingState::Prepared)
     }
 
     pub(crate) fn is_group_promoting(&self, gid: u32) -> bool {
-        self.groups
-            .get(&gid)
-            .is_some_and(|g| !g.promoting.state.is_nothing())
+        self.groups.get(&gid).is_some_and(|g| !g.promoting.state.is_nothing())
     }
 
     fn is_slot_locked(&self, m: &SlotMapping) -> bool {
         match m.action.state {
-            SlotState::Nothing | SlotState::Pending | SlotState::Preparing => {
-                self.is_group_locked(m.group_id)
-            }
+            SlotState::Nothing | SlotState::Pending | SlotState::Preparing => self.is_group_locked(m.group_id),
             SlotState::Prepared => true,
-            SlotState::Migrating => {
-                self.is_group_locked(m.group_id) || self.is_group_locked(m.action.target_id)
-            }
+            SlotState::Migrating => self.is_group_locked(m.group_id) || self.is_group_locked(m.action.target_id),
             SlotState::Finished => self.is_group_locked(m.action.target_id),
         }
     }
@@ -570,9 +462,7 @@ impl Topo {
         let mut by_priority: [Vec<String>; 3] = Default::default();
         for s in g.servers.iter().filter(|s| s.replica_group) {
             let priority = match proxy {
-                Some(p) if p.datacenter == s.datacenter => {
-                    usize::from(host(&p.admin_addr) != host(&s.server))
-                }
+                Some(p) if p.datacenter == s.datacenter => usize::from(host(&p.admin_addr) != host(&s.server)),
                 _ => 2,
             };
             by_priority[priority].push(s.server.clone());
@@ -582,11 +472,7 @@ impl Topo {
 
     /// The proxy's view of one slot mapping (which need not be the stored one: pushes are computed before storing).
     pub(crate) fn slot_view(&self, m: &SlotMapping, proxy: Option<&Proxy>) -> Slot {
-        let mut slot = Slot {
-            id: m.id,
-            locked: self.is_slot_locked(m),
-            ..Slot::default()
-        };
+        let mut slot = Slot { id: m.id, locked: self.is_slot_locked(m), ..Slot::default() };
         match m.action.state {
             SlotState::Nothing | SlotState::Pending => {
                 slot.backend_addr = self.master_of(m.group_id);
@@ -617,12 +503,7 @@ impl Topo {
     }
 
     /// Checks of `group/promote` in Codis's order; returns the group id and the index being promoted.
-    pub(crate) fn promote_check(
-        &self,
-        gid: i64,
-        addr: &str,
-        executor: i64,
-    ) -> Result<(u32, usize), ApiError> {
+    pub(crate) fn promote_check(&self, gid: i64, addr: &str, executor: i64) -> Result<(u32, usize), ApiError> {
         let g = self.group(gid)?;
         let index = Self::index_in(g, addr)?;
         if g.promoting.state.is_nothing() {
@@ -630,10 +511,7 @@ impl Topo {
                 return Err(err(format!("group-[{}] can't promote master", g.id)));
             }
         } else if u32::try_from(index).ok() != Some(g.promoting.index) {
-            return Err(err(format!(
-                "group-[{}] is promoting index = {}",
-                g.id, g.promoting.index
-            )));
+            return Err(err(format!("group-[{}] is promoting index = {}", g.id, g.promoting.index)));
         }
         if executor != 0 && self.mutation != Some(Mutation::PromoteIgnoresRunningMigration) {
             return Err(err(format!("slots-migration is running = {executor}")));
@@ -644,18 +522,10 @@ impl Topo {
     /// The reorder of a promote: `[servers[i], others..., old master]`, all server actions cleared, `finished`.
     pub(crate) fn promote_reorder(&mut self, gid: u32) -> Option<String> {
         let g = self.groups.get_mut(&gid)?;
-        let index = usize::try_from(g.promoting.index)
-            .ok()
-            .filter(|&i| i < g.servers.len())?;
+        let index = usize::try_from(g.promoting.index).ok().filter(|&i| i < g.servers.len())?;
         let mut servers = Vec::with_capacity(g.servers.len());
         servers.push(g.servers[index].clone());
-        servers.extend(
-            g.servers
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != index && *i != 0)
-                .map(|(_, s)| s.clone()),
-        );
+        servers.extend(g.servers.iter().enumerate().filter(|(i, _)| *i != index && *i != 0).map(|(_, s)| s.clone()));
         if index != 0 {
             servers.push(g.servers[0].clone());
         }
@@ -663,10 +533,7 @@ impl Topo {
             s.action = ServerAction::default();
         }
         g.servers = servers;
-        g.promoting = Promoting {
-            index: 0,
-            state: PromotingState::Finished,
-        };
+        g.promoting = Promoting { index: 0, state: PromotingState::Finished };
         g.servers.first().map(|s| s.server.clone())
     }
 }
@@ -791,13 +658,7 @@ impl State {
                 .min_by_key(|m| (m.action.index, m.id))
                 .map(|m| m.id)
         };
-        min_index(false).or_else(|| {
-            if self.mem.slot_action.disabled {
-                None
-            } else {
-                min_index(true)
-            }
-        })
+        min_index(false).or_else(|| if self.mem.slot_action.disabled { None } else { min_index(true) })
     }
 
     /// The slots one round takes, in the order it takes them (the planning half of `ProcessSlotAction`).
@@ -817,11 +678,7 @@ impl State {
 
     /// Fewest batches configured for a slot.
     pub(crate) fn ticks_for(&self, sid: usize) -> u32 {
-        self.migration_ticks
-            .get(&sid)
-            .copied()
-            .unwrap_or(self.default_migration_ticks)
-            .max(1)
+        self.migration_ticks.get(&sid).copied().unwrap_or(self.default_migration_ticks).max(1)
     }
 }
 
@@ -841,8 +698,7 @@ mod tests {
         let mut t = Topo::new(16, false, 1);
         for &g in gids {
             t.create_group(i64::from(g)).unwrap();
-            t.group_add_server(i64::from(g), "", &format!("10.0.0.{g}:6379"))
-                .unwrap();
+            t.group_add_server(i64::from(g), "", &format!("10.0.0.{g}:6379")).unwrap();
         }
         t
     }
@@ -850,38 +706,16 @@ mod tests {
     #[test]
     fn group_checks_use_the_recorded_causes_in_order() {
         let mut t = topo_with_groups(&[1]);
+        assert_eq!(t.create_group(0).unwrap_err().cause, "invalid group id = 0, out of range");
+        assert_eq!(t.create_group(10000).unwrap_err().cause, "invalid group id = 10000, out of range");
+        assert_eq!(t.create_group(1).unwrap_err().cause, "group-[1] already exists");
+        assert_eq!(t.remove_group(2).unwrap_err().cause, "group-[2] doesn't exist");
+        assert_eq!(t.remove_group(1).unwrap_err().cause, "group-[1] isn't empty");
         assert_eq!(
-            t.create_group(0).unwrap_err().cause,
-            "invalid group id = 0, out of range"
-        );
-        assert_eq!(
-            t.create_group(10000).unwrap_err().cause,
-            "invalid group id = 10000, out of range"
-        );
-        assert_eq!(
-            t.create_group(1).unwrap_err().cause,
-            "group-[1] already exists"
-        );
-        assert_eq!(
-            t.remove_group(2).unwrap_err().cause,
-            "group-[2] doesn't exist"
-        );
-        assert_eq!(
-            t.remove_group(1).unwrap_err().cause,
-            "group-[1] isn't empty"
-        );
-        assert_eq!(
-            t.group_add_server(2, "", "10.0.0.1:6379")
-                .unwrap_err()
-                .cause,
+            t.group_add_server(2, "", "10.0.0.1:6379").unwrap_err().cause,
             "server-[10.0.0.1:6379] already exists"
         );
-        assert_eq!(
-            t.group_add_server(2, "", "10.0.0.9:6379")
-                .unwrap_err()
-                .cause,
-            "group-[2] doesn't exist"
-        );
+        assert_eq!(t.group_add_server(2, "", "10.0.0.9:6379").unwrap_err().cause, "group-[2] doesn't exist");
     }
 
     #[test]
@@ -905,20 +739,13 @@ mod tests {
         t.slots[3] = SlotMapping {
             id: 3,
             group_id: 0,
-            action: SlotAction {
-                index: 1,
-                state: SlotState::Pending,
-                target_id: 1,
-            },
+            action: SlotAction { index: 1, state: SlotState::Pending, target_id: 1 },
         };
         assert_eq!(
             t.group_del_server(1, "10.0.0.1:6379").unwrap_err().cause,
             "group-[1] can't remove master, still in use"
         );
-        t.slots[3] = SlotMapping {
-            id: 3,
-            ..SlotMapping::default()
-        };
+        t.slots[3] = SlotMapping { id: 3, ..SlotMapping::default() };
         t.group_del_server(1, "10.0.0.1:6379").unwrap();
         t.remove_group(1).unwrap();
     }
@@ -928,101 +755,44 @@ mod tests {
         let mut t = topo_with_groups(&[1, 2]);
         t.create_group(3).unwrap();
         assert_eq!(t.slot_create(0, 3).unwrap_err().cause, "group-[3] is empty");
-        assert_eq!(
-            t.slot_create(16, 1).unwrap_err().cause,
-            "slot-[16] doesn't exist"
-        );
+        assert_eq!(t.slot_create(16, 1).unwrap_err().cause, "slot-[16] doesn't exist");
         t.slot_create(0, 1).unwrap();
-        assert_eq!(
-            t.slot_create(0, 2).unwrap_err().cause,
-            "slot-[0] action already exists"
-        );
+        assert_eq!(t.slot_create(0, 2).unwrap_err().cause, "slot-[0] action already exists");
         t.slots[1].group_id = 1;
-        assert_eq!(
-            t.slot_create(1, 1).unwrap_err().cause,
-            "slot-[1] already in group-[1]"
-        );
-        assert_eq!(
-            t.slot_create_range(-1, 3, 1).unwrap_err().cause,
-            "invalid slot range [-1,3]"
-        );
-        assert_eq!(
-            t.slot_create_range(0, 16, 1).unwrap_err().cause,
-            "invalid slot range [0,16]"
-        );
-        assert_eq!(
-            t.slot_create_range(2, 5, 7).unwrap_err().cause,
-            "group-[7] doesn't exist"
-        );
+        assert_eq!(t.slot_create(1, 1).unwrap_err().cause, "slot-[1] already in group-[1]");
+        assert_eq!(t.slot_create_range(-1, 3, 1).unwrap_err().cause, "invalid slot range [-1,3]");
+        assert_eq!(t.slot_create_range(0, 16, 1).unwrap_err().cause, "invalid slot range [0,16]");
+        assert_eq!(t.slot_create_range(2, 5, 7).unwrap_err().cause, "group-[7] doesn't exist");
         t.slot_create_range(2, 5, 2).unwrap();
-        assert_eq!(
-            t.slots[5].action,
-            SlotAction {
-                index: 5,
-                state: SlotState::Pending,
-                target_id: 2
-            }
-        );
+        assert_eq!(t.slots[5].action, SlotAction { index: 5, state: SlotState::Pending, target_id: 2 });
         t.slot_create_some(0, 2, 3).unwrap();
-        assert_eq!(
-            t.slots.iter().filter(|m| m.action.target_id == 2).count(),
-            7
-        );
+        assert_eq!(t.slots.iter().filter(|m| m.action.target_id == 2).count(), 7);
         t.slot_create_some(2, 2, 3).unwrap();
         t.slot_create_some(42, 2, 3).unwrap();
         t.slot_create_some(0, 2, -1).unwrap();
-        assert_eq!(
-            t.slots.iter().filter(|m| m.action.target_id == 2).count(),
-            7
-        );
-        assert_eq!(
-            t.slot_remove(1).unwrap_err().cause,
-            "slot-[1] action doesn't exist"
-        );
+        assert_eq!(t.slots.iter().filter(|m| m.action.target_id == 2).count(), 7);
+        assert_eq!(t.slot_remove(1).unwrap_err().cause, "slot-[1] action doesn't exist");
         t.slots[0].action.state = SlotState::Migrating;
-        assert_eq!(
-            t.slot_remove(0).unwrap_err().cause,
-            "slot-[0] action isn't pending"
-        );
+        assert_eq!(t.slot_remove(0).unwrap_err().cause, "slot-[0] action isn't pending");
         t.slot_remove(2).unwrap();
     }
 
     #[test]
     fn assign_reads_malformed_bodies_as_empty_and_checks_items() {
         assert!(AssignItem::parse_body(b"not json").is_empty());
-        assert_eq!(
-            AssignItem::parse_body(br#"[{"id":"x"}]"#),
-            [AssignItem::default()]
-        );
+        assert_eq!(AssignItem::parse_body(br#"[{"id":"x"}]"#), [AssignItem::default()]);
         let mut t = topo_with_groups(&[1]);
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":42}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "group-[42] doesn't exist"
-        );
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "group-[42] doesn't exist");
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":0}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "group-[0] doesn't exist"
-        );
-        let items =
-            AssignItem::parse_body(br#"[{"id":4,"group_id":1,"action":{"state":"pending"}}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "invalid slot-[4] action = pending"
-        );
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "group-[0] doesn't exist");
+        let items = AssignItem::parse_body(br#"[{"id":4,"group_id":1,"action":{"state":"pending"}}]"#);
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "invalid slot-[4] action = pending");
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":1}]"#);
         assert_eq!(t.slots_assign(&items).unwrap(), [4]);
         assert!(t.groups[&1].out_of_sync);
-        assert_eq!(
-            t.slots_assign_offline(&items).unwrap_err().cause,
-            "group of slot-[4] should be 0"
-        );
-        assert_eq!(
-            t.slots_assign_offline(&AssignItem::parse_body(br#"[{"id":4}]"#))
-                .unwrap(),
-            [4]
-        );
+        assert_eq!(t.slots_assign_offline(&items).unwrap_err().cause, "group of slot-[4] should be 0");
+        assert_eq!(t.slots_assign_offline(&AssignItem::parse_body(br#"[{"id":4}]"#)).unwrap(), [4]);
         assert_eq!(t.slots[4].group_id, 0);
     }
 
@@ -1031,33 +801,15 @@ mod tests {
         let mut t = topo_with_groups(&[1]);
         t.group_add_server(1, "", "b:1").unwrap();
         t.group_add_server(1, "", "c:1").unwrap();
-        assert_eq!(
-            t.promote_check(1, "10.0.0.1:6379", 0).unwrap_err().cause,
-            "group-[1] can't promote master"
-        );
-        assert_eq!(
-            t.promote_check(1, "c:1", 3).unwrap_err().cause,
-            "slots-migration is running = 3"
-        );
+        assert_eq!(t.promote_check(1, "10.0.0.1:6379", 0).unwrap_err().cause, "group-[1] can't promote master");
+        assert_eq!(t.promote_check(1, "c:1", 3).unwrap_err().cause, "slots-migration is running = 3");
         let (gid, index) = t.promote_check(1, "c:1", 0).unwrap();
-        t.groups.get_mut(&gid).unwrap().promoting = Promoting {
-            index: u32::try_from(index).unwrap(),
-            state: PromotingState::Preparing,
-        };
-        assert_eq!(
-            t.promote_check(1, "b:1", 0).unwrap_err().cause,
-            "group-[1] is promoting index = 2"
-        );
-        assert_eq!(
-            t.group_add_server(1, "", "d:1").unwrap_err().cause,
-            "group-[1] is promoting"
-        );
+        t.groups.get_mut(&gid).unwrap().promoting =
+            Promoting { index: u32::try_from(index).unwrap(), state: PromotingState::Preparing };
+        assert_eq!(t.promote_check(1, "b:1", 0).unwrap_err().cause, "group-[1] is promoting index = 2");
+        assert_eq!(t.group_add_server(1, "", "d:1").unwrap_err().cause, "group-[1] is promoting");
         assert_eq!(t.promote_reorder(1).unwrap(), "c:1");
-        let order: Vec<&str> = t.groups[&1]
-            .servers
-            .iter()
-            .map(|s| s.server.as_str())
-            .collect();
+        let order: Vec<&str> = t.groups[&1].servers.iter().map(|s| s.server.as_str()).collect();
         assert_eq!(order, ["c:1", "b:1", "10.0.0.1:6379"]);
     }
 
@@ -1067,35 +819,16 @@ mod tests {
         t.slots[0] = SlotMapping {
             id: 0,
             group_id: 1,
-            action: SlotAction {
-                index: 1,
-                state: SlotState::Migrating,
-                target_id: 2,
-            },
+            action: SlotAction { index: 1, state: SlotState::Migrating, target_id: 2 },
         };
         let v = t.slot_view(&t.slots[0], None);
-        assert_eq!(
-            (v.backend_addr.as_str(), v.migrate_from.as_str()),
-            ("10.0.0.2:6379", "10.0.0.1:6379")
-        );
+        assert_eq!((v.backend_addr.as_str(), v.migrate_from.as_str()), ("10.0.0.2:6379", "10.0.0.1:6379"));
         assert!(!v.locked);
-        let prepared = SlotMapping {
-            action: SlotAction {
-                state: SlotState::Prepared,
-                ..t.slots[0].action
-            },
-            ..t.slots[0]
-        };
+        let prepared =
+            SlotMapping { action: SlotAction { state: SlotState::Prepared, ..t.slots[0].action }, ..t.slots[0] };
         assert!(t.slot_view(&prepared, None).locked);
         let offline = t.slot_view(&t.slots[1], None);
-        assert_eq!(
-            offline,
-            Slot {
-                id: 1,
-                forward_method: 1,
-                ..Slot::default()
-            }
-        );
+        assert_eq!(offline, Slot { id: 1, forward_method: 1, ..Slot::default() });
     }
 
     #[test]

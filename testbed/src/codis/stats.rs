@@ -8,9 +8,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 use super::api::{fetch_info_pooled, group_batches, push, reinit, set_master};
-use super::model::{
-    Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats,
-};
+use super::model::{Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats};
 use super::proxy_client::ProxyClient;
 use super::wire::{self, ApiError};
 use super::Shared;
@@ -36,21 +34,13 @@ async fn refresh(sh: &Arc<Shared>) {
         let st = sh.state();
         (
             st.generation,
-            st.topo
-                .groups
-                .values()
-                .flat_map(|g| g.servers.iter().map(|s| s.server.clone()))
-                .collect(),
+            st.topo.groups.values().flat_map(|g| g.servers.iter().map(|s| s.server.clone())).collect(),
             st.topo.proxies.values().cloned().collect(),
         )
     };
     let timeout = sh.opts.stats_timeout;
     // Upstream shows the full INFO; the fork only `INFO replication` (reference §14.8).
-    let section = if sh.opts.fork {
-        Some("replication")
-    } else {
-        None
-    };
+    let section = if sh.opts.fork { Some("replication") } else { None };
     let mut server_set = JoinSet::new();
     for addr in servers {
         let sh = sh.clone();
@@ -77,27 +67,15 @@ async fn refresh(sh: &Arc<Shared>) {
         let entry = match r {
             Ok(Ok(info)) => {
                 reach.insert(addr.clone(), Some(info.clone()));
-                ServerStats {
-                    stats: Some(info),
-                    unixtime: now,
-                    ..ServerStats::default()
-                }
+                ServerStats { stats: Some(info), unixtime: now, ..ServerStats::default() }
             }
             Ok(Err(e)) => {
                 reach.insert(addr.clone(), None);
-                ServerStats {
-                    error: Some(ApiError::traced(e).body()),
-                    unixtime: now,
-                    ..ServerStats::default()
-                }
+                ServerStats { error: Some(ApiError::traced(e).body()), unixtime: now, ..ServerStats::default() }
             }
             Err(_) => {
                 reach.insert(addr.clone(), None);
-                ServerStats {
-                    unixtime: now,
-                    timeout: true,
-                    ..ServerStats::default()
-                }
+                ServerStats { unixtime: now, timeout: true, ..ServerStats::default() }
             }
         };
         server_stats.insert(addr, entry);
@@ -111,22 +89,12 @@ async fn refresh(sh: &Arc<Shared>) {
                 if !stats.online && !stats.closed {
                     to_reonline.push(p.clone());
                 }
-                ProxyStatsEntry {
-                    stats: Some(stats),
-                    unixtime: now,
-                    ..ProxyStatsEntry::default()
-                }
+                ProxyStatsEntry { stats: Some(stats), unixtime: now, ..ProxyStatsEntry::default() }
             }
-            Ok(Err(e)) => ProxyStatsEntry {
-                error: Some(ApiError::traced(e).body()),
-                unixtime: now,
-                ..ProxyStatsEntry::default()
-            },
-            Err(_) => ProxyStatsEntry {
-                unixtime: now,
-                timeout: true,
-                ..ProxyStatsEntry::default()
-            },
+            Ok(Err(e)) => {
+                ProxyStatsEntry { error: Some(ApiError::traced(e).body()), unixtime: now, ..ProxyStatsEntry::default() }
+            }
+            Err(_) => ProxyStatsEntry { unixtime: now, timeout: true, ..ProxyStatsEntry::default() },
         };
         proxy_stats.insert(p.token, entry);
     }
@@ -159,22 +127,12 @@ async fn refresh(sh: &Arc<Shared>) {
 /// `(binlog file, offset)` from Pika's `db0:binlog_offset=<file> <offset>,...`, else redis-server's
 /// `master_repl_offset` as the offset of file 0.
 fn binlog(info: &BTreeMap<String, String>) -> (u64, u64) {
-    if let Some(pos) = info
-        .get("db0")
-        .and_then(|v| v.strip_prefix("binlog_offset="))
-    {
+    if let Some(pos) = info.get("db0").and_then(|v| v.strip_prefix("binlog_offset=")) {
         let pos = pos.split(',').next().unwrap_or("");
-        let mut parts = pos
-            .split_whitespace()
-            .map(|p| p.parse::<u64>().unwrap_or(0));
+        let mut parts = pos.split_whitespace().map(|p| p.parse::<u64>().unwrap_or(0));
         return (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     }
-    (
-        0,
-        info.get("master_repl_offset")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    )
+    (0, info.get("master_repl_offset").and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
 /// Fork health checks: refresh healthy servers in place, count failures, re-attach recovered offline slaves with
@@ -199,10 +157,8 @@ async fn health(sh: &Shared, reach: &Reachability) {
                         s.role = Some(info.get("role").cloned().unwrap_or_default());
                         s.binlog_file_num = Some(file);
                         s.binlog_offset = Some(offset);
-                        s.is_eligible_for_master_election = Some(
-                            info.get("is_eligible_for_master_election")
-                                .is_none_or(|v| v == "true"),
-                        );
+                        s.is_eligible_for_master_election =
+                            Some(info.get("is_eligible_for_master_election").is_none_or(|v| v == "true"));
                         if s.state == Some(2) {
                             if i == 0 {
                                 s.state = Some(0);
@@ -214,14 +170,8 @@ async fn health(sh: &Shared, reach: &Reachability) {
                             s.replica_group = true;
                             // Observed: healthy servers show `synced` even if never attached; running actions are
                             // left alone so the sync executor can finish them.
-                            if !matches!(
-                                s.action.state,
-                                ServerActionState::Pending | ServerActionState::Syncing
-                            ) {
-                                s.action = ServerAction {
-                                    index: 0,
-                                    state: ServerActionState::Synced,
-                                };
+                            if !matches!(s.action.state, ServerActionState::Pending | ServerActionState::Syncing) {
+                                s.action = ServerAction { index: 0, state: ServerActionState::Synced };
                             }
                         }
                     }
@@ -246,12 +196,7 @@ async fn health(sh: &Shared, reach: &Reachability) {
     for (gid, addr, master) in reattach {
         let result = set_master(sh, &addr, Some(&master), true).await;
         let mut st = sh.state();
-        if let Some(s) = st
-            .topo
-            .groups
-            .get_mut(&gid)
-            .and_then(|g| g.servers.iter_mut().find(|s| s.server == addr))
-        {
+        if let Some(s) = st.topo.groups.get_mut(&gid).and_then(|g| g.servers.iter_mut().find(|s| s.server == addr)) {
             s.recall_times = Some(s.recall_times.unwrap_or(0) + 1);
             if result.is_ok() {
                 s.state = Some(0);
@@ -280,13 +225,7 @@ async fn fail_over(sh: &Shared, gid: u32) {
             .enumerate()
             .skip(1)
             .filter(|(_, s)| s.state == Some(0) && s.is_eligible_for_master_election != Some(false))
-            .max_by_key(|(i, s)| {
-                (
-                    s.binlog_file_num.unwrap_or(0),
-                    s.binlog_offset.unwrap_or(0),
-                    std::cmp::Reverse(*i),
-                )
-            });
+            .max_by_key(|(i, s)| (s.binlog_file_num.unwrap_or(0), s.binlog_offset.unwrap_or(0), std::cmp::Reverse(*i)));
         let Some((index, new_master)) = best else {
             tracing::warn!("group-[{gid}] master is offline and no slave can take over");
             return;
