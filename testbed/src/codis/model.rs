@@ -185,7 +185,7 @@ pub enum SlotState {
     Preparing,
     /// Pushed locked to every proxy.
     Prepared,
-    /// Keys are (notionally) moving.
+    /// Keys are moving, batch by batch.
     Migrating,
     /// Moved, not yet pushed to the proxies.
     Finished,
@@ -501,7 +501,7 @@ pub struct SlotActionStats {
     pub disabled: bool,
     /// `{"status": "..."}`.
     pub progress: SlotActionProgress,
-    /// Batches on the wire (always 0 in the double: a batch is instantaneous).
+    /// Migration batches on the wire now (the promote refusal reads it); memory only.
     pub executor: i64,
 }
 
