@@ -131,7 +131,7 @@ fn the_proxy_routes_through_the_pushed_slot_table_and_answers_like_codis_proxy()
 }
 
 #[test]
-fn a_migrating_slot_is_followed_key_by_key_and_a_locked_slot_holds_requests() {
+fn a_migrating_slot_is_followed_key_by_key_and_a_restarted_proxy_is_served_again_once_re_onlined() {
     let bed = Bed::start(2, DoubleOptions::default());
     bed.online();
     bed.assign_all_to(1);
@@ -156,7 +156,7 @@ fn a_migrating_slot_is_followed_key_by_key_and_a_locked_slot_holds_requests() {
     assert_eq!(resp(&bed.redis[1].addr(), &["GET", &old]), "$1\r\n2\r\n", "the updated key moved");
     assert_eq!(resp(&data, &["GET", &old]), "$1\r\n2\r\n");
 
-    // A promote's `prepared` step locks the group's slots on the proxy: requests wait, then go on.
+    // A proxy that missed a promote's push is restarted; the dashboard re-onlines it with the whole table.
     bed.proxy.stop();
     let replica = RedisServer::start();
     bed.double.set_override("pika-9.pika-headless.ns.svc:9221", &replica.addr());
@@ -233,4 +233,49 @@ fn a_drain_that_drops_one_slots_keys_is_caught_by_the_verifier() {
     assert!(through.wrong.is_empty() && through.errors.is_empty(), "{}", through.summary());
     let direct = ledger.verify_on_backends(&bed.double);
     assert_eq!(direct.lost, through.lost, "the backends tell the same");
+}
+
+#[test]
+fn a_locked_slot_holds_requests_until_a_fill_unlocks_it() {
+    let bed = Bed::start(2, DoubleOptions::default());
+    bed.online();
+    bed.assign_all_to(1);
+    let data = bed.proxy.data_addr();
+    let k = key_in(3, 1024, "locked");
+    assert_eq!(resp(&data, &["SET", &k, "1"]), "+OK\r\n");
+    let fill = |locked: bool| {
+        let slot = format!(
+            "[{{\"id\":3,\"locked\":{locked},\"backend_addr\":\"{}\",\"backend_addr_group_id\":1,\"forward_method\":1}}]",
+            pod(0)
+        );
+        let (status, body) = http_put(&bed.proxy.addr(), &format!("/api/proxy/fillslots/{}", bed.proxy.xauth()), &slot);
+        let reply = testbed::codis::HttpReply { status, body };
+        assert!(reply.is_ok(), "{reply:?}");
+    };
+    fill(true);
+    let waiting = std::thread::spawn({
+        let (data, k) = (data.clone(), k.clone());
+        move || resp(&data, &["GET", &k])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "a request on a locked slot was answered");
+    // Other slots are served meanwhile.
+    assert_eq!(resp(&data, &["SET", &key_in(4, 1024, "free"), "1"]), "+OK\r\n");
+    fill(false);
+    assert_eq!(waiting.join().unwrap(), "$1\r\n1\r\n");
+}
+
+/// One HTTP PUT with a JSON body; `(status, body)`.
+fn http_put(addr: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    (head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0), body.to_owned())
 }
