@@ -43,6 +43,15 @@ const DEMOTE_POLL: Duration = Duration::from_millis(10);
 /// Longest wait for the new master to catch up before the promote; the promote goes ahead afterwards regardless
 /// (proxies hold requests while Codis promotes, so this only narrows the window of unreplicated writes).
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(3);
+/// Budget a transfer must still have before its fence is written: the catch-up wait, the promote and the re-pointing
+/// of the members, with room for a slow dashboard.
+pub const TRANSFER_RESERVE: Duration = Duration::from_secs(10);
+
+/// What must be left of a run's budget to start a transfer: [`TRANSFER_RESERVE`], or two fifths of a shorter budget.
+#[must_use]
+pub fn transfer_reserve(budget: Duration) -> Duration {
+    TRANSFER_RESERVE.min(budget * 2 / 5)
+}
 
 /// The etcd key of group `gid`'s fence: `<cluster prefix>/fence/<gid>`.
 #[must_use]
@@ -293,6 +302,16 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
                  remove it first; nothing was changed",
                 proxy.admin_addr
             )));
+        }
+        // Promoting and converging take a few seconds at most; a run with less left would stop halfway.
+        let reserve = transfer_reserve(s.ctx.budget.elapsed() + s.ctx.budget.remaining());
+        if s.ctx.budget.remaining() < reserve {
+            return Err(Error::InProgress {
+                progress: format!(
+                    "only {:?} of the budget left, less than the {reserve:?} a transfer needs; nothing was promoted",
+                    s.ctx.budget.remaining()
+                ),
+            });
         }
         write_fence(s, gid, fence.as_ref(), &to).await?;
         catch_up(s, &master, &to).await;

@@ -304,7 +304,10 @@ fn a_dashboard_restart_in_the_middle_of_an_action_is_survived_by_a_rerun() {
 // ---- etcd down ----------------------------------------------------------------------------------------------------
 
 /// The pikas' roles and what they follow, to show nothing changed.
-fn replication(bed: &Bed) -> Vec<(String, Option<(String, u16, bool)>)> {
+/// A pod's name and whom it replicates (host, port, link up), if anyone.
+type Following = (String, Option<(String, u16, bool)>);
+
+fn replication(bed: &Bed) -> Vec<Following> {
     bed.cluster
         .shards
         .iter()
