@@ -570,6 +570,57 @@ mod tests {
     }
 
     #[test]
+    fn hosts_are_names_or_addresses_and_nothing_else() {
+        for ok in ["etcd", "c1-etcd-0.c1-etcd-headless.prod.svc.cluster.local", "10.0.0.7", "[::1]", "[fd00::7]", "a."]
+        {
+            assert!(check_host(ok).is_ok(), "{ok}");
+        }
+        for bad in
+            ["", "etcd:", "user@etcd", "a b", "-a", "a-.b", "a..b", "300.1.1.1", "1.2.3", "[::1", "[etcd]", "a_b"]
+        {
+            assert!(check_host(bad).is_err(), "{bad}");
+        }
+        assert!(check_host_port("etcd::2379").is_err());
+        assert!(check_host_port("[::1]:2379").is_ok());
+    }
+
+    fn render_shards(all: &str) -> Result<Value> {
+        let vars: VarMap = [
+            ("CLUSTER_NAME", "c1"),
+            ("CLUSTER_NAMESPACE", "prod"),
+            ("CODIS_DASHBOARD_ADDR", "dash:18080"),
+            ("ETCD_ENDPOINTS", "etcd:2379"),
+            ("SHARD_NAME", "c1-pika-x7k"),
+            ("SHARD_POD_FQDNS", "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc"),
+            ("ALL_SHARDS_POD_FQDNS", all),
+            ("KB_REMOVE_SHARD_NAME", "c1-pika-x7k"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        render("shard-remove", KbLine::V1_1, &vars, &[]).map(|doc| doc["shards"].clone())
+    }
+
+    #[test]
+    fn a_bare_all_shards_value_is_the_one_shard_its_pods_name() {
+        let pods = "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc,c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc";
+        let shards = render_shards(pods).unwrap();
+        assert_eq!(shards[0]["name"], "c1-pika-x7k");
+        assert_eq!(shards[0]["pods"].as_array().map(Vec::len), Some(2));
+        assert_eq!(shards.as_array().map(Vec::len), Some(1));
+        // Two services without keys, another cluster's pods, a bare entry beside keyed ones: refused by name.
+        for bad in [
+            "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc,c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc",
+            "c2-pika-x7k-0.c2-pika-x7k-headless.prod.svc",
+            "c1-pika-x7k-0.c1-pika-x7k.prod.svc",
+            "pika-b2c:c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc;c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc",
+        ] {
+            let err = render_shards(bad).unwrap_err();
+            assert!(matches!(&err, Error::InvalidInput { var, .. } if var == "ALL_SHARDS_POD_FQDNS"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn kubeblocks_line_is_read_or_detected() {
         let mut vars = VarMap::new();
         assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_1));
