@@ -560,24 +560,30 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         if waiting.is_empty() {
             return Ok(Converged { master, repointed, unreachable });
         }
-        if tokio::time::Instant::now() >= deadline || s.ctx.budget.expired() {
-            return Err(Error::InProgress {
-                progress: format!(
-                    "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
-                    waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
-                ),
-            });
+        let progress = format!(
+            "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
+            waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
+        );
+        let out_of_time = || tokio::time::Instant::now() >= deadline || s.ctx.budget.expired();
+        if out_of_time() {
+            return Err(Error::InProgress { progress });
         }
         // The old master stays a master until it can be demoted: watch just the waiting ones closely, so that the
         // moment with two masters is as short as pika allows, then take the next round from a fresh read.
         let watched: Vec<String> = waiting.into_iter().map(|(srv, _)| srv).collect();
         let until = tokio::time::Instant::now() + Duration::from_secs(1);
-        while tokio::time::Instant::now() < until.min(deadline) {
+        let mut freed = false;
+        while tokio::time::Instant::now() < until.min(deadline) && !s.ctx.budget.expired() {
             let infos = survey(s, &watched).await;
             if infos.values().all(|i| i.as_ref().map_or(true, |i| i.connected_slaves == 0)) {
+                freed = true;
                 break;
             }
             tokio::time::sleep(s.ctx.budget.cap(DEMOTE_POLL)).await;
+        }
+        // Out of time with nobody freed: say what is waiting, rather than fail the next call for lack of time.
+        if !freed && out_of_time() {
+            return Err(Error::InProgress { progress });
         }
     }
 }
