@@ -18,7 +18,7 @@ use rollout::{
     assert_one_master, bed_with_master, codis_master, observing, pika_masters, promotes, rolling_restart, stdout,
     switchover_env, FakeKube, Order,
 };
-use support::{describe, run, run_to_completion, Bed};
+use support::{describe, run, Bed};
 use testbed::Fault;
 
 /// Makes replication offsets stand still between writes: redis-server pings its replicas every second (which moves
