@@ -371,7 +371,11 @@ fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine, option
     let v = Arc::clone(&vars);
     tera.register_function("host_ports_if_set", move |args: &HashMap<String, Value>| {
         let var = arg_str(args, "var")?;
-        let list = v.get(var).map(|s| split_list(s, ',')).unwrap_or_default();
+        let raw = v.get(var).map(|s| s.trim()).unwrap_or_default();
+        let list = split_list(raw, ',');
+        if list.is_empty() && !raw.is_empty() {
+            return Err(reject(var, "lists no endpoint"));
+        }
         for item in &list {
             check_host_port(item).map_err(|e| reject(var, e))?;
         }
