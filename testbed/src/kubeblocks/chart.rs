@@ -62,17 +62,29 @@ pub enum ChartError {
     Missing(String),
 }
 
-/// Runs `helm template <release> <chart>` with `--set` values and returns every non-empty document.
+/// A value given to `helm template`.
+#[derive(Debug, Clone)]
+pub enum HelmValue {
+    /// `--set-string`.
+    Text(String),
+    /// `--set` of a number.
+    Number(u64),
+}
+
+/// Runs `helm template <release> <chart>` with `--set`/`--set-string` values and returns every non-empty document.
 pub fn helm_template(
     chart: &Path,
     release: &str,
     namespace: &str,
-    values: &[(&str, String)],
+    values: &[(&str, HelmValue)],
 ) -> Result<Vec<Value>, ChartError> {
     let mut cmd = Command::new("helm");
     cmd.arg("template").arg(release).arg(chart).arg("--namespace").arg(namespace);
     for (key, value) in values {
-        cmd.arg("--set-string").arg(format!("{key}={value}"));
+        match value {
+            HelmValue::Text(t) => cmd.arg("--set-string").arg(format!("{key}={t}")),
+            HelmValue::Number(n) => cmd.arg("--set").arg(format!("{key}={n}")),
+        };
     }
     let out = cmd.output().map_err(ChartError::Helm)?;
     let chart_name = chart.display().to_string();
@@ -573,7 +585,7 @@ fn typed<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<T, C
 impl Addon {
     /// Renders `chart` (the addon chart directory) with `kubeblocksLine=<line>` and parses it.
     pub fn render(chart: &Path, kubeblocks_line: &str) -> Result<Addon, ChartError> {
-        let objects = helm_template(chart, "pika", "kb-system", &[("kubeblocksLine", kubeblocks_line.to_owned())])?;
+        let objects = helm_template(chart, "pika", "kb-system", &[("kubeblocksLine", HelmValue::Text(kubeblocks_line.to_owned()))])?;
         Addon::from_objects(objects)
     }
 
@@ -701,7 +713,7 @@ pub fn render_cluster(
     replicas: u32,
 ) -> Result<Cluster, ChartError> {
     let objects =
-        helm_template(chart, name, namespace, &[("shards", shards.to_string()), ("replicas", replicas.to_string())])?;
+        helm_template(chart, name, namespace, &[("shards", HelmValue::Number(shards.into())), ("replicas", HelmValue::Number(replicas.into()))])?;
     let cluster = objects
         .iter()
         .find(|o| o.get("kind").and_then(Value::as_str) == Some("Cluster"))

@@ -101,14 +101,45 @@ pub struct Inner {
     pub backing: Mutex<Backing>,
     /// Pod volumes: the redis-server of each pod (by pod name), surviving pod recreation.
     pub volumes: Mutex<BTreeMap<String, Arc<Mutex<RedisServer>>>>,
-    /// Pod name → `<fqdn>:<port>` as registered in Codis.
-    pub servers: Mutex<BTreeMap<String, String>>,
+    /// Pod name → (`<fqdn>:<port>` as registered in Codis, `127.0.0.1:<port>` where its server listens).
+    pub servers: Mutex<BTreeMap<String, (String, String)>>,
     /// Randomness (seeded).
     pub rng: Mutex<Rng>,
     /// The API server's URL.
     pub api_url: Mutex<String>,
     /// Every thread started.
     pub threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The world, locked; reports holds long enough to stall the other controllers.
+pub struct WorldGuard<'a> {
+    g: MutexGuard<'a, World>,
+    at: Instant,
+    loc: &'static std::panic::Location<'static>,
+}
+
+impl std::ops::Deref for WorldGuard<'_> {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for WorldGuard<'_> {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.g
+    }
+}
+
+/// Set from `KBEMU_VERBOSE`: report long holds of the world lock.
+pub static REPORT_HOLDS: AtomicBool = AtomicBool::new(false);
+
+impl Drop for WorldGuard<'_> {
+    fn drop(&mut self) {
+        if REPORT_HOLDS.load(Ordering::Relaxed) && self.at.elapsed() > Duration::from_millis(250) {
+            eprintln!("kbemu: world lock held {:?} at {}", self.at.elapsed(), self.loc);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,8 +151,9 @@ const PRECONDITION_FAILED: &str = "precondition failed";
 
 impl Inner {
     /// The world, locked.
-    pub fn w(&self) -> MutexGuard<'_, World> {
-        lock(&self.world)
+    #[track_caller]
+    pub fn w(&self) -> WorldGuard<'_> {
+        WorldGuard { g: lock(&self.world), at: Instant::now(), loc: std::panic::Location::caller() }
     }
 
     /// Wakes every waiter.
@@ -174,7 +206,7 @@ impl Inner {
     fn work(self: &Arc<Self>, key: &Key) {
         loop {
             {
-                let mut w = self.w();
+                let mut w = lock(&self.world);
                 loop {
                     if self.stopped() {
                         return;
@@ -195,11 +227,15 @@ impl Inner {
                         .0;
                 }
             }
+            let started = Instant::now();
             let next = match key {
                 Key::Cluster => self.reconcile_cluster(),
                 Key::Component(c) => self.reconcile_component(c),
                 Key::InstanceSet(i) => self.reconcile_its(i),
             };
+            if started.elapsed() > Duration::from_millis(300) {
+                self.log(&format!("slow reconcile of {key:?}: {:?} real -> {next:?}", started.elapsed()));
+            }
             let mut w = self.w();
             let now = self.clock.now();
             let Some(next) = next else {
@@ -467,12 +503,8 @@ impl Inner {
             }
         }
         let overrides = lock(&self.servers)
-            .iter()
-            .filter_map(|(pod, server)| {
-                let vol = lock(&self.volumes).get(pod).cloned()?;
-                let addr = lock(&vol).addr();
-                Some(format!("{server}={addr}"))
-            })
+            .values()
+            .map(|(server, addr)| format!("{server}={addr}"))
             .collect::<Vec<_>>()
             .join(",");
         env.insert("PIKA_ADDRESS_OVERRIDES".into(), overrides);
@@ -1519,6 +1551,7 @@ impl Inner {
             c.was_running = true;
         }
         w.touch(&Key::Cluster);
+        self.log(&format!("{} (stand-in) Running", comp.full));
         Some(Next::Idle)
     }
 
@@ -1700,18 +1733,23 @@ impl Inner {
         let port =
             self.server_container(def).and_then(|(c, _)| c.ports.first().map(|p| p.container_port)).unwrap_or(9221);
         let fqdn = vars::pod_fqdn(&ns, &comp.full, &name, &self.settings.cluster_domain);
-        let volume = {
-            let mut vols = lock(&self.volumes);
-            Arc::clone(vols.entry(name.clone()).or_insert_with(|| {
+        let existing = lock(&self.volumes).get(&name).cloned();
+        let volume = match existing {
+            Some(v) => v,
+            None => {
+                // A new volume: the server is created (and stopped again) before its pod's containers start.
                 let mut r = RedisServer::start_with(password.as_deref());
                 r.kill();
-                Arc::new(Mutex::new(r))
-            }))
+                let v = Arc::new(Mutex::new(r));
+                lock(&self.volumes).insert(name.clone(), Arc::clone(&v));
+                v
+            }
         };
         let server = format!("{fqdn}:{port}");
-        lock(&self.servers).insert(name.clone(), server.clone());
+        let real = lock(&volume).addr();
+        lock(&self.servers).insert(name.clone(), (server.clone(), real.clone()));
         if let Some(codis) = lock(&self.backing).codis.clone() {
-            codis.set_override(&server, &lock(&volume).addr());
+            codis.set_override(&server, &real);
         }
         let incarnation = pod.incarnation;
         {
@@ -1820,32 +1858,35 @@ impl Inner {
         let timeout = Duration::from_secs(u64::try_from(probe.timeout_seconds.unwrap_or(1).max(1)).unwrap_or(1));
         let roles: Vec<(String, i32)> = def.spec.roles.iter().map(|r| (r.name.clone(), r.update_priority)).collect();
         let Ok(argv) = self.argv(&probe) else { return };
+        let port = lock(volume).port();
         while self.pod_alive(name, incarnation) {
             let mut env = self.w().pods.get(name).map(|p| p.agent_env.clone()).unwrap_or_default();
             // In the pod, 127.0.0.1:<PIKA_PORT> is its own server.
-            env.insert("PIKA_PORT".into(), lock(volume).port().to_string());
+            env.insert("PIKA_PORT".into(), port.to_string());
             let out = kbagent::run(&argv, &self.deliver(env), Some(timeout), Some(&self.stop));
             let effect = instanceset::probe_effect(self.settings.line, out.result.is_ok(), &out.stdout, &roles);
-            let mut w = self.w();
-            if let Some(p) = w.pods.get_mut(name).filter(|p| p.incarnation == incarnation) {
-                let before = p.role.clone();
-                match effect {
-                    ProbeEffect::Set(r) => p.role = Some(r),
-                    ProbeEffect::Remove => p.role = None,
-                    ProbeEffect::Keep(_) => {}
-                }
-                if p.role != before {
-                    let role = p.role.clone();
-                    drop(w);
-                    self.log(&format!("pod {name} role {before:?} -> {role:?}"));
-                    let mut w = self.w();
+            let changed = {
+                let mut w = self.w();
+                let change = w.pods.get_mut(name).filter(|p| p.incarnation == incarnation).and_then(|p| {
+                    let before = p.role.clone();
+                    match effect {
+                        ProbeEffect::Set(r) => p.role = Some(r),
+                        ProbeEffect::Remove => p.role = None,
+                        ProbeEffect::Keep(_) => {}
+                    }
+                    (p.role != before).then(|| (before, p.role.clone()))
+                });
+                if change.is_some() {
                     w.touch(&Key::InstanceSet(comp.clone()));
                     w.touch(&Key::Component(comp.clone()));
-                    drop(w);
-                    self.notify();
                 }
+                change
+            };
+            if let Some((before, after)) = changed {
+                self.log(&format!("pod {name} role {before:?} -> {after:?}"));
+                self.notify();
             }
-            self.sleep(period);
+            self.sleep(period.max(self.clock.emulated(retry::PROBE_FLOOR)));
         }
     }
 

@@ -124,14 +124,16 @@ pub struct Options {
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
 
 impl Options {
-    /// Defaults for `line` running `binary`, with this repository's charts.
+    /// Defaults for `line` running `binary`, with this repository's charts (`KBEMU_ADDON_CHART` and
+    /// `KBEMU_CLUSTER_CHART` point at other chart directories, e.g. a chart under development).
     pub fn new(line: Line, binary: impl Into<PathBuf>) -> Options {
+        let dir = |var: &str, name: &str| std::env::var_os(var).map_or_else(|| chart::repo_chart(name), PathBuf::from);
         Options {
             line,
             chart_line: line,
             binary: binary.into(),
-            addon_chart: chart::repo_chart("addon"),
-            cluster_chart: chart::repo_chart("clusterdefs"),
+            addon_chart: dir("KBEMU_ADDON_CHART", "addon"),
+            cluster_chart: dir("KBEMU_CLUSTER_CHART", "clusterdefs"),
             cluster: "kbemu".into(),
             namespace: "ns-kbemu".into(),
             var_overrides: BTreeMap::new(),
@@ -236,6 +238,7 @@ impl KubeBlocks {
             opts.line.chart_value(),
             opts.chart_line.chart_value()
         );
+        controller::REPORT_HOLDS.store(opts.verbose, Ordering::Relaxed);
         let settings = Settings {
             line: opts.line,
             binary: opts.binary.clone(),
@@ -468,7 +471,6 @@ impl KubeBlocks {
     pub fn shards(&self) -> Vec<ShardInfo> {
         let sharding = self.sharding_name();
         let servers = lock(&self.inner.servers).clone();
-        let volumes = lock(&self.inner.volumes).clone();
         let w = self.inner.w();
         w.shards_of(&sharding)
             .into_iter()
@@ -482,10 +484,13 @@ impl KubeBlocks {
                     .map(|p| PodInfo {
                         name: p.name.clone(),
                         ordinal: p.ordinal,
-                        server: servers.get(&p.name).cloned().unwrap_or_default(),
+                        server: servers.get(&p.name).map(|s| s.0.clone()).unwrap_or_default(),
                         role: p.role.clone(),
                         ready: p.ready,
-                        port: volumes.get(&p.name).map_or(0, |v| lock(v).port()),
+                        port: servers
+                            .get(&p.name)
+                            .and_then(|s| s.1.rsplit_once(':').and_then(|(_, port)| port.parse().ok()))
+                            .unwrap_or(0),
                     })
                     .collect(),
             })
@@ -494,9 +499,7 @@ impl KubeBlocks {
 
     /// `<fqdn>:<port>` → `127.0.0.1:<port>` of every pod that has a volume.
     pub fn server_addresses(&self) -> BTreeMap<String, String> {
-        let servers = lock(&self.inner.servers).clone();
-        let volumes = lock(&self.inner.volumes).clone();
-        servers.into_iter().filter_map(|(pod, server)| Some((server, lock(volumes.get(&pod)?).addr()))).collect()
+        lock(&self.inner.servers).values().cloned().collect()
     }
 
     /// The redis-server of a pod (its volume), if it has one.

@@ -25,6 +25,12 @@ use std::time::{Duration, Instant};
 /// How many emulated seconds pass per real second (controller waits only). `KBEMU_TIME_SCALE` overrides it.
 pub const TIME_SCALE: u32 = 10;
 
+/// The shortest real interval between two role probes of one pod. Each probe is a run of the (debug) binary costing
+/// tens of milliseconds of CPU; probing every `periodSeconds / TIME_SCALE` would make probes the suite's bottleneck,
+/// so in emulated time a pod is probed every `max(periodSeconds, PROBE_FLOOR × TIME_SCALE)` (5 s instead of the
+/// chart's 2 s at the default scale).
+pub const PROBE_FLOOR: Duration = Duration::from_millis(500);
+
 /// The first rate-limited retry.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(5);
 /// The longest rate-limited retry.

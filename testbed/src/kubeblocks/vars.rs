@@ -252,7 +252,16 @@ pub fn prefix_or_regex_matched(name: &str, pattern: &str) -> bool {
         return true;
     }
     let is_regex = pattern.chars().any(|c| "\\.+*?()|[]{}^$".contains(c));
-    is_regex && regex::Regex::new(pattern).is_ok_and(|re| re.is_match(name))
+    is_regex && compiled(pattern).is_some_and(|re| re.is_match(name))
+}
+
+/// Patterns compiled once: resolution matches the same few patterns over and over.
+fn compiled(pattern: &str) -> Option<regex::Regex> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>>> =
+        std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache.entry(pattern.to_owned()).or_insert_with(|| regex::Regex::new(pattern).ok()).clone()
 }
 
 /// A pod's FQDN, `PodFQDN`: `<pod>.<cluster>-<comp>-headless.<namespace>.svc.<domain>`.
