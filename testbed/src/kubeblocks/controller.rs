@@ -105,6 +105,8 @@ pub struct Inner {
     pub servers: Mutex<BTreeMap<String, (String, String)>>,
     /// Randomness (seeded).
     pub rng: Mutex<Rng>,
+    /// Suffixes the next new shards get (tests choosing a draw).
+    pub next_suffixes: Mutex<Vec<String>>,
     /// The API server's URL.
     pub api_url: Mutex<String>,
     /// Every thread started.
@@ -175,7 +177,7 @@ impl Inner {
         self.addon.comp_defs.get(name)
     }
 
-    /// Sleeps an emulated duration, waking early on shutdown.
+    /// Sleeps an emulated duration (at the scale when it starts), waking early on shutdown.
     fn sleep(&self, emulated: Duration) {
         let end = Instant::now() + self.clock.real(emulated);
         while !self.stopped() {
@@ -701,7 +703,7 @@ impl Inner {
     ) -> Option<Next> {
         if let Some(sh) = cluster.spec.shardings.iter().find(|s| s.name == entity).cloned() {
             let comp_def = self.shard_comp_def(topology, entity)?;
-            let names = sharding::desired_shards(entity, &[], sh.shards, &mut lock(&self.rng));
+            let names = sharding::desired_shards(entity, &[], sh.shards, &mut lock(&self.rng), &mut lock(&self.next_suffixes));
             for short in names {
                 let comp = self.new_component(w, cluster, &short, &comp_def, Some(entity), sh.template.replicas);
                 self.log(&format!("create shard {}", comp.full));
@@ -858,7 +860,13 @@ impl Inner {
             let w = self.w();
             let running: Vec<CompObj> = w.shards_of(sharding).into_iter().cloned().collect();
             let undeleted: Vec<String> = running.iter().filter(|c| !c.deleting).map(|c| c.short.clone()).collect();
-            let proto = sharding::desired_shards(sharding, &undeleted, spec.shards, &mut lock(&self.rng));
+            let proto = sharding::desired_shards(
+                sharding,
+                &undeleted,
+                spec.shards,
+                &mut lock(&self.rng),
+                &mut lock(&self.next_suffixes),
+            );
             (running, proto)
         };
         let running_names: BTreeSet<String> = running.iter().map(|c| c.short.clone()).collect();

@@ -116,6 +116,8 @@ pub struct Options {
     pub migration_ticks: Option<u32>,
     /// How long (real time) an operation may take before it counts as hung.
     pub deadline: Duration,
+    /// Emulated seconds per real second for controller waits (`KBEMU_TIME_SCALE`, default [`retry::TIME_SCALE`]).
+    pub time_scale: u32,
     /// Print what happens to stderr (`KBEMU_VERBOSE=1`).
     pub verbose: bool,
 }
@@ -141,6 +143,11 @@ impl Options {
             codis_tick: Duration::from_millis(10),
             migration_ticks: None,
             deadline: DEFAULT_DEADLINE,
+            time_scale: std::env::var("KBEMU_TIME_SCALE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|s| *s > 0)
+                .unwrap_or(retry::TIME_SCALE),
             verbose: std::env::var("KBEMU_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0"),
         }
     }
@@ -251,7 +258,7 @@ impl KubeBlocks {
         let inner = Arc::new(Inner {
             settings,
             addon,
-            clock: retry::Clock::default(),
+            clock: retry::Clock::new(opts.time_scale),
             world: Mutex::new(World::default()),
             cv: Condvar::new(),
             stop: std::sync::atomic::AtomicBool::new(false),
@@ -259,6 +266,7 @@ impl KubeBlocks {
             volumes: Mutex::new(BTreeMap::new()),
             servers: Mutex::new(BTreeMap::new()),
             rng: Mutex::new(sharding::Rng::new(seed)),
+            next_suffixes: Mutex::new(Vec::new()),
             api_url: Mutex::new(String::new()),
             threads: Mutex::new(Vec::new()),
         });
@@ -346,14 +354,25 @@ impl KubeBlocks {
         self.inner.notify();
     }
 
-    /// Sets the sharding's `shards` (what an OpsRequest HorizontalScaling with `shards` does) and waits until exactly
-    /// that many shards exist, none being deleted, and the cluster is Running.
-    pub fn scale_shards(&self, shards: u32) -> Result<Duration, Stuck> {
+    /// Sets the sharding's `shards` (what an OpsRequest HorizontalScaling with `shards` does), without waiting.
+    pub fn request_shards(&self, shards: u32) {
         self.patch_cluster(|c| {
             if let Some(s) = c.spec.shardings.first_mut() {
                 s.shards = shards;
             }
         });
+    }
+
+    /// The next new shards get these suffixes (`<sharding>-<suffix>`) instead of random ones: a test choosing one of
+    /// KubeBlocks' possible draws, e.g. `zzz` to make a new shard the one a scale-in removes (the last in order).
+    pub fn choose_next_shard_suffixes(&self, suffixes: &[&str]) {
+        *lock(&self.inner.next_suffixes) = suffixes.iter().map(|s| (*s).to_owned()).collect();
+    }
+
+    /// Sets the sharding's `shards` (what an OpsRequest HorizontalScaling with `shards` does) and waits until exactly
+    /// that many shards exist, none being deleted, and the cluster is Running.
+    pub fn scale_shards(&self, shards: u32) -> Result<Duration, Stuck> {
+        self.request_shards(shards);
         let sharding = self.sharding_name();
         self.wait_for(&format!("scaled to {shards} shard(s)"), self.opts.deadline, |w| {
             let shards_now = w.shards_of(&sharding);

@@ -84,52 +84,49 @@ pub enum Next {
     Retry(Duration, String),
 }
 
-/// The emulation's clock: emulated time since the emulation started.
-#[derive(Debug, Clone)]
+/// The emulation's clock: emulated time since the emulation started. Its scale may change while it runs (a
+/// measurement switches to real time); emulated time stays monotonic across the change.
+#[derive(Debug)]
 pub struct Clock {
-    start: Instant,
-    scale: u32,
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new(scale_from_env())
-    }
-}
-
-fn scale_from_env() -> u32 {
-    std::env::var("KBEMU_TIME_SCALE").ok().and_then(|v| v.parse().ok()).filter(|s| *s > 0).unwrap_or(TIME_SCALE)
+    state: std::sync::Mutex<(Instant, Duration, u32)>,
 }
 
 impl Clock {
     /// A clock running `scale` times faster than real time.
     pub fn new(scale: u32) -> Clock {
-        Clock { start: Instant::now(), scale: scale.max(1) }
+        Clock { state: std::sync::Mutex::new((Instant::now(), Duration::ZERO, scale.max(1))) }
+    }
+
+    fn get(&self) -> (Instant, Duration, u32) {
+        *self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The scale.
     pub fn scale(&self) -> u32 {
-        self.scale
+        self.get().2
+    }
+
+    /// From now on, `scale` emulated seconds per real second.
+    pub fn set_scale(&self, scale: u32) {
+        let mut st = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = st.1 + st.0.elapsed() * st.2;
+        *st = (Instant::now(), now, scale.max(1));
     }
 
     /// Emulated time since start.
     pub fn now(&self) -> Duration {
-        self.emulated(self.start.elapsed())
+        let (since, base, scale) = self.get();
+        base + since.elapsed() * scale
     }
 
     /// Real time → emulated time.
     pub fn emulated(&self, real: Duration) -> Duration {
-        real * self.scale
+        real * self.scale()
     }
 
     /// Emulated time → real time.
     pub fn real(&self, emulated: Duration) -> Duration {
-        emulated / self.scale
-    }
-
-    /// Sleeps for an emulated duration.
-    pub fn sleep(&self, emulated: Duration) {
-        std::thread::sleep(self.real(emulated));
+        emulated / self.scale()
     }
 }
 
@@ -180,9 +177,13 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_scales_controller_time_only() {
+    fn the_clock_scales_controller_time_and_stays_monotonic_when_rescaled() {
         let c = Clock::new(10);
         assert_eq!(c.real(Duration::from_secs(5)), Duration::from_millis(500));
         assert_eq!(c.emulated(Duration::from_millis(300)), Duration::from_secs(3));
+        let before = c.now();
+        c.set_scale(1);
+        assert!(c.now() >= before);
+        assert_eq!(c.real(Duration::from_secs(5)), Duration::from_secs(5));
     }
 }

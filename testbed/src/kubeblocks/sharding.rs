@@ -50,15 +50,24 @@ impl Rng {
     }
 }
 
-/// The short names of the shards a sharding of `shards` should have, given the undeleted ones that exist.
-pub fn desired_shards(sharding: &str, undeleted: &[String], shards: u32, rng: &mut Rng) -> Vec<String> {
+/// The short names of the shards a sharding of `shards` should have, given the undeleted ones that exist. New
+/// names take their suffix from `chosen` first (a test choosing among the suffixes KubeBlocks could draw), then
+/// from `rng`.
+pub fn desired_shards(
+    sharding: &str,
+    undeleted: &[String],
+    shards: u32,
+    rng: &mut Rng,
+    chosen: &mut Vec<String>,
+) -> Vec<String> {
     let shards = shards as usize;
     let mut names: Vec<String> = undeleted.to_vec();
     match names.len() {
         n if n == shards => names,
         n if n < shards => {
             while names.len() < shards {
-                let name = format!("{sharding}-{}", rng.suffix(3));
+                let suffix = if chosen.is_empty() { rng.suffix(3) } else { chosen.remove(0) };
+                let name = format!("{sharding}-{suffix}");
                 if !names.contains(&name) {
                     names.push(name);
                 }
@@ -80,7 +89,7 @@ mod tests {
     #[test]
     fn new_shards_get_random_unique_names_and_a_scale_in_keeps_the_first_sorted_ones() {
         let mut rng = Rng::new(7);
-        let three = desired_shards("pika", &[], 3, &mut rng);
+        let three = desired_shards("pika", &[], 3, &mut rng, &mut Vec::new());
         assert_eq!(three.len(), 3);
         for name in &three {
             let id = name.strip_prefix("pika-").unwrap();
@@ -88,14 +97,15 @@ mod tests {
             assert!(id.bytes().all(|b| ALPHANUMS.contains(&b)), "{name}");
         }
         let existing = vec!["pika-x2z".to_owned(), "pika-b7k".to_owned(), "pika-m4q".to_owned()];
-        assert_eq!(desired_shards("pika", &existing, 3, &mut rng), existing, "kept as they are");
-        assert_eq!(desired_shards("pika", &existing, 1, &mut rng), vec!["pika-b7k".to_owned()]);
+        assert_eq!(desired_shards("pika", &existing, 3, &mut rng, &mut Vec::new()), existing, "kept as they are");
+        assert_eq!(desired_shards("pika", &existing, 1, &mut rng, &mut Vec::new()), vec!["pika-b7k".to_owned()]);
         assert_eq!(
-            desired_shards("pika", &existing, 2, &mut rng),
+            desired_shards("pika", &existing, 2, &mut rng, &mut Vec::new()),
             vec!["pika-b7k".to_owned(), "pika-m4q".to_owned()],
             "the last name in order goes"
         );
-        let four = desired_shards("pika", &existing, 4, &mut rng);
+        let four = desired_shards("pika", &existing, 4, &mut rng, &mut vec!["zzz".to_owned()]);
+        assert_eq!(four[3], "pika-zzz", "a chosen suffix");
         assert_eq!(&four[..3], &existing[..]);
         assert!(!existing.contains(&four[3]));
     }
