@@ -178,7 +178,14 @@ fn assert_keys_readable(kb: &KubeBlocks, written: &BTreeMap<String, u32>, owners
         let pod = kb.shards().into_iter().flat_map(|s| s.pods).find(|p| p.server == master).expect("pod");
         let redis = kb.redis(&pod.name).expect("volume");
         let reply = redis.lock().unwrap().command(&["GET", key]);
-        assert!(reply.contains("value-"), "[{}] {key} (slot {slot}) lost from group {gid}: {reply}", kb.line().chart_value());
+        if !reply.contains("value-") {
+            panic!(
+                "[{}] {key} (slot {slot}) lost from group {gid} (master {}): {reply:?}\n{}",
+                kb.line().chart_value(),
+                pod.name,
+                action_log(kb)
+            );
+        }
         checked += 1;
     }
     checked
@@ -204,6 +211,20 @@ fn delete(kb: &KubeBlocks) {
         let locks: Vec<&String> = keys.iter().filter(|k| k.contains("/locks/")).collect();
         assert!(locks.is_empty(), "[{}] locks left after deletion: {locks:?}", kb.line().chart_value());
     }
+}
+
+/// Every action run, one line each with its output: for failure messages.
+fn action_log(kb: &KubeBlocks) -> String {
+    let mut runs = kb.actions();
+    runs.sort_by_key(|a| a.at);
+    runs.iter()
+        .map(|a| {
+            let out = format!("{} {}", a.stdout.trim(), a.stderr.trim()).replace('\n', " | ");
+            let out: String = out.chars().take(400).collect();
+            format!("  {:>7.1?} {} on {} -> {:?}: {out}", a.at, a.action, a.pod, a.code)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Every action the emulation ran is one the chart declares for this line (container start commands aside).

@@ -22,7 +22,8 @@
 //! - InstanceSet controller: pods created in parallel, removed when the component lowered `replicas`, and the Serial
 //!   rolling update ([`super::instanceset`]) with its switchover whose failure is ignored;
 //! - pods: a pod is a real redis-server with its own data directory (its volume, kept across recreations, dropped on
-//!   scale-in); a start runs what the chart's server container runs before the server (the `"$action" <sub>`
+//!   scale-in; the server saves its data there before a recreation stops it, as pika's data survives on its
+//!   volume); a start runs what the chart's server container runs before the server (the `"$action" <sub>`
 //!   lines of its start script), a failure restarts the container after 10 s doubling to 300 s; it is Ready once
 //!   the server answers; kbagent probes its role every `periodSeconds` and the label follows ([`super::instanceset`]).
 //!
@@ -1900,17 +1901,22 @@ impl Inner {
 
     /// Deletes a pod: its server stops; `drop_volume` also drops its data (scale-in, deletion).
     fn delete_pod(&self, name: &str, drop_volume: bool) {
-        let comp = {
+        let (comp, password) = {
             let mut w = self.w();
             let Some(p) = w.pods.remove(name) else { return };
             w.touch(&Key::InstanceSet(p.comp.clone()));
             w.touch(&Key::Component(p.comp.clone()));
-            p.comp
+            (p.comp, p.container_env.get("PIKA_PASSWORD").cloned())
         };
         let volume =
             if drop_volume { lock(&self.volumes).remove(name) } else { lock(&self.volumes).get(name).cloned() };
         if let Some(v) = volume {
-            lock(&v).kill();
+            let mut server = lock(&v);
+            if !drop_volume && server.is_running() {
+                // Pika keeps its data on the volume; the stand-in server writes it there before it stops.
+                let _ = resp(server.port(), password.as_deref(), &["SAVE"]);
+            }
+            server.kill();
         }
         if drop_volume {
             lock(&self.servers).remove(name);
@@ -1918,6 +1924,29 @@ impl Inner {
         self.log(&format!("pod {name} of {comp} deleted"));
         self.notify();
     }
+}
+
+/// One command to a local server over RESP, `None` when it does not answer (never panics).
+fn resp(port: u16, password: Option<&str>, args: &[&str]) -> Option<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut writer = stream.try_clone().ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut send = |args: &[&str]| -> Option<String> {
+        let mut out = format!("*{}\r\n", args.len());
+        for a in args {
+            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        writer.write_all(out.as_bytes()).ok()?;
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        Some(line.trim_end().to_owned())
+    };
+    if let Some(p) = password.filter(|p| !p.is_empty()) {
+        send(&["AUTH", p])?;
+    }
+    send(args)
 }
 
 #[cfg(test)]
