@@ -585,7 +585,12 @@ fn typed<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<T, C
 impl Addon {
     /// Renders `chart` (the addon chart directory) with `kubeblocksLine=<line>` and parses it.
     pub fn render(chart: &Path, kubeblocks_line: &str) -> Result<Addon, ChartError> {
-        let objects = helm_template(chart, "pika", "kb-system", &[("kubeblocksLine", HelmValue::Text(kubeblocks_line.to_owned()))])?;
+        let objects = helm_template(
+            chart,
+            "pika",
+            "kb-system",
+            &[("kubeblocksLine", HelmValue::Text(kubeblocks_line.to_owned()))],
+        )?;
         Addon::from_objects(objects)
     }
 
@@ -712,8 +717,12 @@ pub fn render_cluster(
     shards: u32,
     replicas: u32,
 ) -> Result<Cluster, ChartError> {
-    let objects =
-        helm_template(chart, name, namespace, &[("shards", HelmValue::Number(shards.into())), ("replicas", HelmValue::Number(replicas.into()))])?;
+    let objects = helm_template(
+        chart,
+        name,
+        namespace,
+        &[("shards", HelmValue::Number(shards.into())), ("replicas", HelmValue::Number(replicas.into()))],
+    )?;
     let cluster = objects
         .iter()
         .find(|o| o.get("kind").and_then(Value::as_str) == Some("Cluster"))

@@ -505,11 +505,8 @@ impl Inner {
                     .join(",");
             }
         }
-        let overrides = lock(&self.servers)
-            .values()
-            .map(|(server, addr)| format!("{server}={addr}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let overrides =
+            lock(&self.servers).values().map(|(server, addr)| format!("{server}={addr}")).collect::<Vec<_>>().join(",");
         env.insert("PIKA_ADDRESS_OVERRIDES".into(), overrides);
         env.insert("KUBE_API_URL".into(), lock(&self.api_url).clone());
         env
@@ -704,7 +701,8 @@ impl Inner {
     ) -> Option<Next> {
         if let Some(sh) = cluster.spec.shardings.iter().find(|s| s.name == entity).cloned() {
             let comp_def = self.shard_comp_def(topology, entity)?;
-            let names = sharding::desired_shards(entity, &[], sh.shards, &mut lock(&self.rng), &mut lock(&self.next_suffixes));
+            let names =
+                sharding::desired_shards(entity, &[], sh.shards, &mut lock(&self.rng), &mut lock(&self.next_suffixes));
             for short in names {
                 let comp = self.new_component(w, cluster, &short, &comp_def, Some(entity), sh.template.replicas);
                 self.log(&format!("create shard {}", comp.full));
@@ -1054,18 +1052,35 @@ impl Inner {
         terminate: &[String],
         entities: &[String],
     ) -> Next {
-        let mut w = self.w();
-        let present: Vec<String> =
-            entities.iter().filter(|e| !self.entity_comps(&w, cluster, topology, e).is_empty()).cloned().collect();
-        if present.is_empty() {
-            self.log("cluster deleted");
-            w.cluster = None;
-            return Next::Idle;
-        }
-        for (entity, preds) in Self::ordered(terminate, &present) {
-            if preds.iter().any(|p| !self.entity_comps(&w, cluster, topology, p).is_empty()) {
-                break;
+        let deletable: Vec<String> = {
+            let mut w = self.w();
+            let present: Vec<String> =
+                entities.iter().filter(|e| !self.entity_comps(&w, cluster, topology, e).is_empty()).cloned().collect();
+            if present.is_empty() {
+                self.log("cluster deleted");
+                w.cluster = None;
+                return Next::Idle;
             }
+            if let Some(c) = w.cluster.as_mut() {
+                c.phase = "Deleting".into();
+            }
+            let mut deletable = Vec::new();
+            for (entity, preds) in Self::ordered(terminate, &present) {
+                if preds.iter().any(|p| !self.entity_comps(&w, cluster, topology, p).is_empty()) {
+                    break;
+                }
+                deletable.push(entity);
+            }
+            deletable
+        };
+        for entity in deletable {
+            // 1.1: a sharding's preTerminate first (unless its postProvision never succeeded); a failure keeps it.
+            if self.settings.line == Line::V1_1 && cluster.spec.shardings.iter().any(|s| s.name == entity) {
+                if let Some(next) = self.sharding_pre_terminate(cluster, &entity) {
+                    return next;
+                }
+            }
+            let mut w = self.w();
             for full in self.entity_comps(&w, cluster, topology, &entity) {
                 if let Some(c) = w.components.get_mut(&full) {
                     if !c.deleting {
@@ -1076,10 +1091,41 @@ impl Inner {
                 }
             }
         }
-        if let Some(c) = w.cluster.as_mut() {
-            c.phase = "Deleting".into();
-        }
         Next::Idle
+    }
+
+    /// 1.1: a sharding's preTerminate on cluster deletion; `Some` when the deletion must wait.
+    fn sharding_pre_terminate(self: &Arc<Self>, cluster: &ClusterObj, sharding: &str) -> Option<Next> {
+        let action = self.sharding_def_of(cluster, sharding)?.actions().pre_terminate?;
+        let current = self.w().cluster.as_ref().map(|c| {
+            (c.sharding_pre_terminate.get(sharding).cloned(), c.sharding_post_provision.get(sharding).cloned())
+        });
+        let (done, post) = current?;
+        if matches!(done, Some(ActionPhase::Succeeded | ActionPhase::Skipped)) {
+            return None;
+        }
+        let set = |phase: ActionPhase| {
+            if let Some(c) = self.w().cluster.as_mut() {
+                c.sharding_pre_terminate.insert(sharding.to_owned(), phase);
+            }
+        };
+        if post.is_some_and(|p| !matches!(p, ActionPhase::Succeeded | ActionPhase::Skipped)) {
+            set(ActionPhase::Skipped);
+            return None;
+        }
+        let shards: Vec<CompObj> = self.w().shards_of(sharding).into_iter().cloned().collect();
+        let all: Vec<&CompObj> = shards.iter().collect();
+        match self.sharding_action(cluster, sharding, "udf-shardingPreTerminate", &action, &BTreeMap::new(), &all, None)
+        {
+            Ok(()) => {
+                set(ActionPhase::Succeeded);
+                None
+            }
+            Err(e) => {
+                set(ActionPhase::Failed(e.clone()));
+                Some(Next::Error(e))
+            }
+        }
     }
 
     // ---- the component controller ---------------------------------------------------------------------------

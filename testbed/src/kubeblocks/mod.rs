@@ -123,7 +123,7 @@ pub struct Options {
 }
 
 /// The deadline of an operation unless set otherwise (real time): a hang detector, generous on a loaded machine.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
 impl Options {
     /// Defaults for `line` running `binary`, with this repository's charts (`KBEMU_ADDON_CHART` and
@@ -298,6 +298,16 @@ impl KubeBlocks {
     /// Creates the cluster the cluster chart renders for `shards` shards of `replicas` pods and waits until it is
     /// Running (on 1.1 with its sharding postProvision done).
     pub fn create_cluster(&self, shards: u32, replicas: u32) -> Result<Duration, Stuck> {
+        let started = Instant::now();
+        self.request_cluster(shards, replicas)?;
+        self.wait_for(&format!("cluster created with {shards} shard(s) of {replicas}"), self.opts.deadline, |w| {
+            w.cluster.as_ref().is_some_and(|c| c.phase == "Running")
+        })
+        .map(|_| started.elapsed())
+    }
+
+    /// Creates the cluster without waiting for it.
+    pub fn request_cluster(&self, shards: u32, replicas: u32) -> Result<(), Stuck> {
         let rendered =
             chart::render_cluster(&self.opts.cluster_chart, &self.opts.cluster, &self.opts.namespace, shards, replicas)
                 .map_err(|e| self.stuck("the cluster chart rendered", Duration::ZERO, &e.to_string()))?;
@@ -331,13 +341,12 @@ impl KubeBlocks {
                 deleting: false,
                 phase: "Creating".into(),
                 sharding_post_provision: BTreeMap::new(),
+                sharding_pre_terminate: BTreeMap::new(),
             });
             self.inner.spawn_worker(&mut w, Key::Cluster);
         }
         self.inner.notify();
-        self.wait_for(&format!("cluster created with {shards} shard(s) of {replicas}"), self.opts.deadline, |w| {
-            w.cluster.as_ref().is_some_and(|c| c.phase == "Running")
-        })
+        Ok(())
     }
 
     fn patch_cluster(&self, f: impl FnOnce(&mut ClusterObj)) {

@@ -18,7 +18,7 @@ pub const PRE_TERMINATE_DONE: &str = "kubeblocks.io/pre-terminate-done";
 /// Set on a shard deleted by a scale-in.
 pub const SCALE_IN: &str = "apps.kubeblocks.io/component-scale-in";
 /// 1.1: set on a shard created by a scale-out until its shardAdd succeeded.
-pub const SHARD_ADD_PENDING: &str = "apps.kubeblocks.io/sharding-add-shard";
+pub const SHARD_ADD_PENDING: &str = "kubeblocks.io/sharding-add-shard";
 /// Skips a component's preTerminate.
 pub const SKIP_PRE_TERMINATE: &str = "apps.kubeblocks.io/skip-pre-terminate";
 
@@ -79,6 +79,8 @@ pub struct ClusterObj {
     pub phase: String,
     /// 1.1: `status.shardings[<name>].postProvision`.
     pub sharding_post_provision: BTreeMap<String, ActionPhase>,
+    /// 1.1: `status.shardings[<name>].preTerminate`.
+    pub sharding_pre_terminate: BTreeMap<String, ActionPhase>,
 }
 
 /// A Component.
