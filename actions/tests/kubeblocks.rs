@@ -438,9 +438,10 @@ fn wrong_line(line: Line, chart_line: Line) {
     let running = kb.view(|w| w.cluster.as_ref().is_some_and(|c| c.phase == "Running"));
     assert!(
         seen.is_ok(),
-        "[{}] the {}-line chart was not refused loudly (cluster Running: {running}):\n{}",
+        "[{}] the {}-line chart was not refused loudly (cluster Running: {running}): {}\n{}",
         line.chart_value(),
         chart_line.chart_value(),
+        seen.as_ref().err().map_or(String::new(), ToString::to_string),
         action_log(&kb)
     );
     if let Some(codis) = kb.codis() {

@@ -580,6 +580,9 @@ impl KubeBlocks {
         let w = self.inner.w();
         let now = self.inner.clock.now();
         let mut out = String::new();
+        if let Some(fatal) = &w.fatal {
+            out.push_str(&format!("fatal: {fatal}\n"));
+        }
         match &w.cluster {
             Some(c) => out.push_str(&format!(
                 "cluster {} phase {} deleting {} sharding postProvision {:?}; emulated time {:.0?} (x{})\n",
