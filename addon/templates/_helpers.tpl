@@ -17,23 +17,78 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-pika.annotations: the annotations of the cluster-scoped definitions: kept on uninstall (clusters still use them) and
-exempt from KubeBlocks' immutability check so that an upgrade of the same chart version can fix them.
+pika.apiVersionAnnotation: the annotation without which KubeBlocks ignores a ClusterDefinition, ComponentDefinition,
+ComponentVersion or ShardingDefinition (it never reconciles them, so they never become Available): the API version
+the object was written for.
+*/}}
+{{- define "pika.apiVersionAnnotation" -}}
+kubeblocks.io/crd-api-version: apps.kubeblocks.io/v1
+{{- end }}
+
+{{/*
+pika.annotations: the annotations of the component and sharding definitions: the API version KubeBlocks needs, kept
+on uninstall (clusters still use them) and exempt from KubeBlocks' immutability check so that an upgrade of the same
+chart version can fix them.
 */}}
 {{- define "pika.annotations" -}}
+{{ include "pika.apiVersionAnnotation" . }}
 helm.sh/resource-policy: keep
 apps.kubeblocks.io/skip-immutable-check: "true"
 {{- end }}
 
 {{/*
-pika.kubeblocksLine: the KubeBlocks line the definitions target, "1.0" or "1.1"; anything else stops the install.
+pika.unversionedAnnotations: the annotations of the ClusterDefinition and the ComponentVersions, whose names carry no
+chart version: the API version KubeBlocks needs, and kept on uninstall.
+*/}}
+{{- define "pika.unversionedAnnotations" -}}
+{{ include "pika.apiVersionAnnotation" . }}
+helm.sh/resource-policy: keep
+{{- end }}
+
+{{/*
+pika.kubeblocksLine: the KubeBlocks line the definitions target, "1.0" or "1.1"; anything else stops the install, and
+so does a KubeBlocks of the other line running in the release namespace (pika.checkInstalledLine), unless
+kubeblocksLineCheck is false.
 */}}
 {{- define "pika.kubeblocksLine" -}}
 {{- $line := toString .Values.kubeblocksLine -}}
 {{- if not (has $line (list "1.0" "1.1")) -}}
 {{- fail (printf "kubeblocksLine must be \"1.0\" or \"1.1\", not %q" $line) -}}
 {{- end -}}
+{{- if .Values.kubeblocksLineCheck -}}
+{{- include "pika.checkInstalledLine" (list . $line) -}}
+{{- end -}}
 {{ $line }}
+{{- end }}
+
+{{/*
+pika.checkInstalledLine: fails the install when the KubeBlocks deployment of the release namespace (labels
+app.kubernetes.io/name=kubeblocks, app.kubernetes.io/component=apps, as kbcli finds it; its version in
+app.kubernetes.io/version) is of another line than the one asked for. Argument: (list . "<line>"). Nothing is
+checked where lookup sees no cluster (helm template, helm lint) or no such deployment (KubeBlocks installed in
+another namespace): pika-action then refuses at the first action (exit 2 naming KUBEBLOCKS_LINE).
+*/}}
+{{- define "pika.checkInstalledLine" -}}
+{{- $root := index . 0 -}}
+{{- $line := index . 1 -}}
+{{- $deployments := lookup "apps/v1" "Deployment" $root.Release.Namespace "" -}}
+{{- range ($deployments.items | default list) -}}
+{{- $labels := .metadata.labels | default dict -}}
+{{- $version := get $labels "app.kubernetes.io/version" | trimPrefix "v" -}}
+{{- if and (eq (get $labels "app.kubernetes.io/name") "kubeblocks") (eq (get $labels "app.kubernetes.io/component") "apps") $version -}}
+{{- $running := "" -}}
+{{- if semverCompare "~1.0.0-0" $version -}}
+{{- $running = "1.0" -}}
+{{- else if semverCompare ">=1.1.0-0" $version -}}
+{{- $running = "1.1" -}}
+{{- else -}}
+{{- fail (printf "KubeBlocks %s (deployment %s/%s) is older than 1.0, which this addon needs" $version .metadata.namespace .metadata.name) -}}
+{{- end -}}
+{{- if ne $running $line -}}
+{{- fail (printf "kubeblocksLine is %q but KubeBlocks %s runs in %s (deployment %s): install the addon with --set kubeblocksLine=%s" $line $version .metadata.namespace .metadata.name $running) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/*
@@ -191,9 +246,10 @@ pika.actionBin: where pika-action lives in its image (addon/Dockerfile puts it t
 {{- end }}
 
 {{/*
-pika.action: one blocking lifecycle action running `pika-action <subcommand>`.
-Argument: (list . "<subcommand>"). The timeout stays within KubeBlocks' 60 s cap; pika-action stops a little earlier
-(ACTION_BUDGET_SECONDS) and exits 75 so that the next run resumes.
+pika.action: one blocking lifecycle action running `pika-action <subcommand> [<argument>...]`.
+Argument: (list . "<subcommand>" ["<argument>"...]). The timeout stays within KubeBlocks' 60 s cap; pika-action
+stops a little earlier (ACTION_BUDGET_SECONDS) and exits 75 so that the next run resumes (switchover instead
+finishes or gives up within that one call).
 */}}
 {{- define "pika.action" -}}
 {{- $root := index . 0 -}}
@@ -208,7 +264,9 @@ exec:
   image: {{ include "pika.actionImage" $root }}
   command:
     - {{ include "pika.actionBin" $root }}
-    - {{ index . 1 }}
+    {{- range (rest .) }}
+    - {{ . }}
+    {{- end }}
 {{- end }}
 
 {{/*

@@ -129,7 +129,11 @@ impl ClusterFixture {
 
     /// ALL_SHARDS_POD_FQDNS for the given shards.
     pub fn all_shards_of(&self, shards: &[usize]) -> String {
-        shards.iter().map(|&i| format!("{}:{}", self.shards[i].short, self.shards[i].fqdns())).collect::<Vec<_>>().join(";")
+        shards
+            .iter()
+            .map(|&i| format!("{}:{}", self.shards[i].short, self.shards[i].fqdns()))
+            .collect::<Vec<_>>()
+            .join(";")
     }
 
     /// ALL_SHARDS_POD_FQDNS for every shard.
@@ -193,7 +197,6 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
-
 
 /// A fixture cluster wired to a Codis double: what every topology test starts from.
 pub struct Bed {
@@ -295,8 +298,9 @@ impl Bed {
         assert!(snap.with_action().is_empty(), "slots still migrating");
         let mut sizes: BTreeMap<u32, usize> = gids.iter().map(|&g| (g, 0)).collect();
         for slot in &snap.slots {
-            *sizes.get_mut(&slot.group_id).unwrap_or_else(|| panic!("slot {} is in group {}", slot.id, slot.group_id)) +=
-                1;
+            *sizes
+                .get_mut(&slot.group_id)
+                .unwrap_or_else(|| panic!("slot {} is in group {}", slot.id, slot.group_id)) += 1;
         }
         let max = sizes.values().max().copied().unwrap_or(0);
         let min = sizes.values().min().copied().unwrap_or(0);

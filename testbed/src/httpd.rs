@@ -31,8 +31,7 @@ impl std::fmt::Display for Dropped {
 impl std::error::Error for Dropped {}
 
 /// The boxed future a handler returns.
-pub(crate) type HandlerFuture =
-    Pin<Box<dyn Future<Output = Result<Response<Body>, Dropped>> + Send>>;
+pub(crate) type HandlerFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Dropped>> + Send>>;
 /// A request handler.
 pub(crate) type Handler = Arc<dyn Fn(Request<Body>) -> HandlerFuture + Send + Sync>;
 
@@ -48,32 +47,21 @@ impl Runtime {
     pub(crate) fn start(name: &str) -> std::io::Result<Self> {
         let (handle_tx, handle_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = handle_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = handle_tx.send(Ok(rt.handle().clone()));
-                rt.block_on(async {
-                    let _ = stop_rx.await;
-                });
-            })?;
-        let handle = handle_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("runtime thread exited before starting"))??;
-        Ok(Self {
-            handle,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
+        let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = handle_tx.send(Ok(rt.handle().clone()));
+            rt.block_on(async {
+                let _ = stop_rx.await;
+            });
+        })?;
+        let handle = handle_rx.recv().map_err(|_| std::io::Error::other("runtime thread exited before starting"))??;
+        Ok(Self { handle, stop: Some(stop_tx), thread: Some(thread) })
     }
 
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
@@ -113,12 +101,7 @@ impl Listener {
         handler: Handler,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
-        let this = Self {
-            addr,
-            handler,
-            rt: rt.clone(),
-            serving: Mutex::new(None),
-        };
+        let this = Self { addr, handler, rt: rt.clone(), serving: Mutex::new(None) };
         this.serve(listener)?;
         Ok(this)
     }
@@ -138,33 +121,20 @@ impl Listener {
             }
             let _ = done_tx.send(());
         });
-        let mut serving = self
-            .serving
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *serving = Some(Serving {
-            stop: stop_tx,
-            done: done_rx,
-        });
+        let mut serving = self.serving.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *serving = Some(Serving { stop: stop_tx, done: done_rx });
         Ok(())
     }
 
     /// Whether the listener is open.
     pub(crate) fn is_serving(&self) -> bool {
-        self.serving
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some()
+        self.serving.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
     }
 
     /// Closes the socket and the open connections (in-flight requests finish first, bounded), and waits for it when
     /// `wait` is set. Must not wait when called from the runtime's own thread (a handler).
     pub(crate) fn pause(&self, wait: bool) {
-        let serving = self
-            .serving
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let serving = self.serving.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(s) = serving {
             let _ = s.stop.send(true);
             if wait {
@@ -196,11 +166,7 @@ impl Drop for Listener {
     }
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    handler: Handler,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn accept_loop(listener: tokio::net::TcpListener, handler: Handler, mut stop: watch::Receiver<bool>) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -217,21 +183,12 @@ async fn accept_loop(
         }
     }
     drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while conns.join_next().await.is_some() {} }).await;
 }
 
-async fn serve_conn(
-    stream: tokio::net::TcpStream,
-    handler: Handler,
-    mut stop: watch::Receiver<bool>,
-) {
-    let service =
-        hyper::service::service_fn(move |req: Request<Incoming>| (handler)(req.map(Body::new)));
-    let conn =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+async fn serve_conn(stream: tokio::net::TcpStream, handler: Handler, mut stop: watch::Receiver<bool>) {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| (handler)(req.map(Body::new)));
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     if *stop.borrow() {
         conn.as_mut().graceful_shutdown();
@@ -247,20 +204,11 @@ async fn serve_conn(
 
 /// One blocking HTTP/1.1 request with `Connection: close`; `(status, body)`. Used by the doubles' test helpers so
 /// sync tests need no runtime.
-pub(crate) fn blocking_request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> std::io::Result<(u16, String)> {
+pub(crate) fn blocking_request(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let content_type = if body.is_empty() {
-        ""
-    } else {
-        "Content-Type: application/json\r\n"
-    };
+    let content_type = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
@@ -274,24 +222,9 @@ pub(crate) fn blocking_request(
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("bad response {head:?}"),
-            )
-        })?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    Ok((
-        status,
-        if chunked {
-            dechunk(body)
-        } else {
-            body.to_owned()
-        },
-    ))
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad response {head:?}")))?;
+    let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
+    Ok((status, if chunked { dechunk(body) } else { body.to_owned() }))
 }
 
 fn dechunk(mut body: &str) -> String {

@@ -12,7 +12,9 @@ pub mod kubeblocks;
 pub mod process;
 pub mod proxy;
 pub mod transcript;
+pub mod workload;
 
-pub use codis::{CodisDouble, DoubleOptions, Fault, Snapshot};
+pub use codis::{CodisDouble, DoubleOptions, Fault, MigrationHold, Snapshot};
 pub use process::{free_port, EtcdServer, RedisServer};
 pub use proxy::{ProxyDouble, ProxyOptions};
+pub use workload::{Ledger, Verification, Workload, WorkloadOptions};

@@ -1,16 +1,18 @@
-//! chart-tests: the addon's Helm charts rendered faithfully and checked as the API server and KubeBlocks would.
+//! chart-tests: the addon's Helm charts rendered by the real Helm and checked as the API server, KubeBlocks and kbcli
+//! would.
 //!
-//! CI can run neither Helm nor a Kubernetes API server, so the pipeline is rebuilt from real parts:
-//! [`render`] builds `chart-render` (Go's text/template, sprig and sigs.k8s.io/yaml, the pieces Helm is made of) and
-//! renders a chart into JSON objects exactly as kubectl would send them; [`schema`] validates each object against
-//! the `openAPIV3Schema` of its kind in the KubeBlocks CRDs of `../shared/kubeblocks-crds` (both v1.0.2 and main),
-//! with the structural-schema rules the API server adds (unknown fields rejected, list-map keys unique, the CEL
-//! rules of those CRDs); [`manifest`] gives the cross-reference tests a typed view of rendered objects.
+//! [`helm`] runs Helm (`template`, `lint --strict`, `package`) and turns its YAML into the JSON objects kubectl would
+//! send; [`schema`] validates each object against the `openAPIV3Schema` of its kind in the KubeBlocks CRDs of
+//! `../shared/kubeblocks-crds` (v1.0.2 and main), with what the API server adds (defaulting, unknown fields
+//! rejected, list-map keys unique) and the CRDs' CEL rules evaluated by a CEL interpreter ([`cel`]); [`kbcli`]
+//! emulates how `kbcli cluster create` turns the cluster chart's values.schema.json into flags and values;
+//! [`manifest`] gives the cross-reference tests a typed view of rendered objects.
 #![warn(missing_docs)]
 
 pub mod cel;
+pub mod helm;
+pub mod kbcli;
 pub mod manifest;
-pub mod render;
 pub mod schema;
 
 use std::path::{Path, PathBuf};

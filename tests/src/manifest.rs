@@ -83,7 +83,7 @@ pub fn of_kind<'a>(docs: &'a [Doc], kind: &'a str) -> impl Iterator<Item = &'a D
 pub fn find<'a>(docs: &'a [Doc], kind: &str, name: &str) -> &'a Doc {
     docs.iter()
         .find(|d| d.kind() == kind && d.name() == name)
-        .unwrap_or_else(|| panic!("no {kind} named {name} among:\n{}", crate::render::summary(docs)))
+        .unwrap_or_else(|| panic!("no {kind} named {name} among:\n{}", crate::helm::summary(docs)))
 }
 
 /// Whether a ComponentDefinition (or ShardingDefinition) name matches a `compDef`-style reference the way KubeBlocks

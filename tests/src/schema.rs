@@ -1,6 +1,7 @@
-//! Validation of objects against the CRD schemas, as the API server does it on create.
+//! Validation of objects against the CRD schemas, as the API server does it on create and on update.
 //!
-//! Each object is matched to its CRD by group and kind, to the schema of its version (which must be served), and
+//! Each object is matched to its CRD by group and kind, to the schema of its version (which must be served),
+//! defaulted from the schema's `default`s (the API server defaults before it validates, so rules see defaults), and
 //! validated in three passes:
 //!
 //! 1. JSON Schema (the `jsonschema` crate) over the `openAPIV3Schema` translated to draft 4: `nullable` becomes a
@@ -8,7 +9,8 @@
 //!    unknown fields nor declares `additionalProperties` rejects fields it does not define (the API server prunes
 //!    them, or with strict field validation, the kubectl default, rejects them: a misspelt field must fail);
 //! 2. the Kubernetes extensions JSON Schema does not know: `x-kubernetes-list-type: map|set` uniqueness (with the
-//!    schema defaults of missing keys) and the `x-kubernetes-validations` CEL rules ([`crate::cel`]);
+//!    schema defaults of missing keys) and every `x-kubernetes-validations` CEL rule, evaluated by [`crate::cel`] on
+//!    the node it is attached to (transition rules against the old object on an update);
 //! 3. `metadata` as ObjectMeta: a DNS-subdomain name, well-formed label keys and values, string annotations.
 //!
 //! Core kinds (ConfigMap, Secret, Service, ...) have no CRD here; they must parse and name themselves.
@@ -19,9 +21,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use jsonschema::{Draft, Validator};
 use serde_json::{json, Map, Value};
 
-use crate::cel::{self, Verdict};
+use crate::cel::{Outcome, Rule};
+use crate::helm::helm;
 use crate::manifest::Doc;
-use crate::render::renderer;
 
 /// Core kinds accepted without a CRD (their group is "" or a Kubernetes API group).
 pub const CORE_KINDS: &[&str] =
@@ -38,6 +40,30 @@ pub struct SchemaSet {
 struct Compiled {
     validator: Validator,
     original: Value,
+}
+
+/// One CEL rule evaluated on one node.
+#[derive(Debug, Clone)]
+pub struct CelCheck {
+    /// `Kind/apiVersion` of the object.
+    pub kind: String,
+    /// Where the rule is attached, in the object (`spec.shardsLimit`, `spec.releases.0.images`).
+    pub path: String,
+    /// Where the rule is attached, in the schema (`spec.releases[].images`): the same for every object.
+    pub schema_path: String,
+    /// The rule's text.
+    pub rule: String,
+    /// What it said.
+    pub outcome: Outcome,
+}
+
+/// Everything one validation found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Problems, as `path: message` lines.
+    pub errors: Vec<String>,
+    /// Every CEL rule evaluated (or skipped as a transition rule without an old value).
+    pub cel: Vec<CelCheck>,
 }
 
 static SETS: OnceLock<Mutex<HashMap<String, &'static SchemaSet>>> = OnceLock::new();
@@ -71,7 +97,7 @@ impl SchemaSet {
             .collect();
         files.sort();
         assert!(!files.is_empty(), "no CRDs in {}", dir.display());
-        let docs = renderer().yaml_to_json(&files).unwrap_or_else(|e| panic!("CRDs of {version}: {e}"));
+        let docs = helm().yaml_files(&files).unwrap_or_else(|e| panic!("CRDs of {version}: {e}"));
         let mut crds = HashMap::new();
         for d in docs {
             let group = d.object["spec"]["group"].as_str().unwrap_or_default().to_owned();
@@ -86,6 +112,11 @@ impl SchemaSet {
     pub fn has_crd(&self, api_version: &str, kind: &str) -> bool {
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         self.crds.contains_key(&(group.to_owned(), kind.to_owned()))
+    }
+
+    /// Every CRD of this line.
+    pub fn crds(&self) -> impl Iterator<Item = &Value> {
+        self.crds.values()
     }
 
     fn compiled(&self, api_version: &str, kind: &str) -> Result<Arc<Compiled>, String> {
@@ -117,63 +148,102 @@ impl SchemaSet {
         Ok(compiled)
     }
 
-    /// Validates one object; every problem found, as `path: message` lines.
+    /// The schema of an object's kind and version, if this line serves it.
+    #[must_use]
+    pub fn schema_of(&self, obj: &Value) -> Option<Value> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        self.compiled(api_version, kind).ok().map(|c| c.original.clone())
+    }
+
+    /// Validates one object as a create; every problem found and every CEL rule evaluated.
+    #[must_use]
+    pub fn check(&self, obj: &Value, old: Option<&Value>) -> Report {
+        let mut report = Report::default();
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        if api_version.is_empty() || kind.is_empty() {
+            report.errors.push("apiVersion and kind are required".into());
+            return report;
+        }
+        check_metadata(obj, &mut report.errors);
+        if self.has_crd(api_version, kind) {
+            match self.compiled(api_version, kind) {
+                Ok(c) => {
+                    let mut obj = obj.clone();
+                    apply_defaults(&mut obj, &c.original);
+                    let old = old.map(|o| {
+                        let mut o = o.clone();
+                        apply_defaults(&mut o, &c.original);
+                        o
+                    });
+                    for e in c.validator.iter_errors(&obj) {
+                        report.errors.push(format!("{}: {e}", pointer(e.instance_path().as_str())));
+                    }
+                    let mut walk = Walk { kind: format!("{kind}/{api_version}"), report: &mut report };
+                    walk.node(&c.original, &obj, old.as_ref(), "", "", true);
+                }
+                Err(e) => report.errors.push(e),
+            }
+        } else if !CORE_KINDS.contains(&kind) {
+            report.errors.push(format!("no schema for {kind} ({api_version}) in KubeBlocks {}", self.version));
+        } else if kind == "ConfigMap" {
+            if let Some(data) = obj.get("data") {
+                match data.as_object() {
+                    Some(m) => report.errors.extend(
+                        m.iter().filter(|(_, v)| !v.is_string()).map(|(k, _)| format!("data.{k}: not a string")),
+                    ),
+                    None => report.errors.push("data: not a map".into()),
+                }
+            }
+        }
+        report
+    }
+
+    /// Validates one object as a create.
     ///
     /// # Errors
     /// The list of problems when there is at least one.
     pub fn validate(&self, obj: &Value) -> Result<(), Vec<String>> {
-        let mut errors = Vec::new();
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-        let kind = obj["kind"].as_str().unwrap_or_default();
-        if api_version.is_empty() || kind.is_empty() {
-            return Err(vec!["apiVersion and kind are required".into()]);
-        }
-        check_metadata(obj, &mut errors);
-        if self.has_crd(api_version, kind) {
-            match self.compiled(api_version, kind) {
-                Ok(c) => {
-                    for e in c.validator.iter_errors(obj) {
-                        errors.push(format!("{}: {e}", pointer(e.instance_path().as_str())));
-                    }
-                    k8s_extensions(&c.original, obj, "", &mut errors);
-                }
-                Err(e) => errors.push(e),
-            }
-        } else if !CORE_KINDS.contains(&kind) {
-            errors.push(format!("no schema for {kind} ({api_version}) in KubeBlocks {}", self.version));
-        } else if kind == "ConfigMap" {
-            if let Some(data) = obj.get("data") {
-                match data.as_object() {
-                    Some(m) => errors.extend(
-                        m.iter().filter(|(_, v)| !v.is_string()).map(|(k, _)| format!("data.{k}: not a string")),
-                    ),
-                    None => errors.push("data: not a map".into()),
-                }
-            }
-        }
-        if errors.is_empty() {
+        let r = self.check(obj, None);
+        if r.errors.is_empty() {
             Ok(())
         } else {
-            Err(errors)
+            Err(r.errors)
         }
     }
 
-    /// Validates documents; problems prefixed with the document, and the number validated against a CRD.
+    /// Validates an update of `old` to `new`: everything a create checks, plus the transition rules.
+    ///
+    /// # Errors
+    /// The list of problems when there is at least one.
+    pub fn validate_update(&self, old: &Value, new: &Value) -> Result<(), Vec<String>> {
+        let r = self.check(new, Some(old));
+        if r.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(r.errors)
+        }
+    }
+
+    /// Validates documents; problems prefixed with the document, the number validated against a CRD, and every CEL
+    /// rule evaluated.
     #[must_use]
-    pub fn validate_all(&self, docs: &[Doc]) -> (usize, Vec<String>) {
+    pub fn validate_all(&self, docs: &[Doc]) -> (usize, Vec<String>, Vec<CelCheck>) {
         let mut problems = Vec::new();
+        let mut cel = Vec::new();
         let mut with_crd = 0;
         for d in docs {
             if self.has_crd(d.api_version(), d.kind()) {
                 with_crd += 1;
             }
-            if let Err(errs) = self.validate(&d.object) {
-                for e in errs {
-                    problems.push(format!("[{}] {}/{} ({}): {e}", self.version, d.kind(), d.name(), d.source));
-                }
+            let r = self.check(&d.object, None);
+            for e in r.errors {
+                problems.push(format!("[{}] {}/{} ({}): {e}", self.version, d.kind(), d.name(), d.source));
             }
+            cel.extend(r.cel);
         }
-        (with_crd, problems)
+        (with_crd, problems, cel)
     }
 }
 
@@ -185,6 +255,46 @@ fn pointer(p: &str) -> String {
     }
 }
 
+/// Structural defaulting as the API server does it before validation: a missing property that has a `default` gets
+/// it (and so does a null one that is not nullable), in objects, list items and map values that exist.
+pub fn apply_defaults(node: &mut Value, schema: &Value) {
+    match node {
+        Value::Object(m) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, sub) in props {
+                    let Some(default) = sub.get("default") else { continue };
+                    let nullable = sub.get("nullable") == Some(&Value::Bool(true));
+                    match m.get(k) {
+                        None => {
+                            m.insert(k.clone(), default.clone());
+                        }
+                        Some(Value::Null) if !nullable => {
+                            m.insert(k.clone(), default.clone());
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for (k, v) in m.iter_mut() {
+                    if let Some(sub) = props.get(k) {
+                        apply_defaults(v, sub);
+                    }
+                }
+            } else if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for v in m.values_mut() {
+                    apply_defaults(v, extra);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for i in items {
+                    apply_defaults(i, item_schema);
+                }
+            }
+        }
+        _ => {}
+    }
+}
 /// OpenAPI v3 as Kubernetes uses it, to JSON Schema draft 4 with Kubernetes' pruning made strict.
 #[must_use]
 pub fn translate(s: &Value, root: bool) -> Value {
@@ -257,75 +367,126 @@ pub fn translate(s: &Value, root: bool) -> Value {
     Value::Object(out)
 }
 
-/// Passes over the original schema and the object together for what JSON Schema cannot say.
-fn k8s_extensions(schema: &Value, node: &Value, path: &str, errors: &mut Vec<String>) {
-    let here = if path.is_empty() { "(root)" } else { path };
-    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
-        for rule in rules {
-            let text = rule["rule"].as_str().unwrap_or_default();
-            match cel::eval(text, node) {
-                Ok(Verdict::Violated) => errors.push(format!(
-                    "{here}: violates {:?}{}",
-                    text,
-                    rule["message"].as_str().map(|m| format!(" ({m})")).unwrap_or_default()
-                )),
-                Ok(Verdict::Holds | Verdict::Transition) => {}
-                Err(rule) => errors.push(format!("{here}: CEL rule not implemented by the chart tests: {rule}")),
-            }
-        }
-    }
-    match node {
-        Value::Object(m) => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (k, v) in m {
-                let sub = props.and_then(|p| p.get(k)).or(extra);
-                if let Some(sub) = sub {
-                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                    k8s_extensions(sub, v, &p, errors);
+/// A pass over the original schema, the (defaulted) object and the old object together, for what JSON Schema cannot
+/// say.
+struct Walk<'r> {
+    kind: String,
+    report: &'r mut Report,
+}
+
+impl Walk<'_> {
+    fn node(&mut self, schema: &Value, node: &Value, old: Option<&Value>, path: &str, schema_path: &str, root: bool) {
+        let here = if path.is_empty() { "(root)" } else { path };
+        if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+            for rule in rules {
+                let text = rule["rule"].as_str().unwrap_or_default();
+                let outcome = match Rule::compile(text) {
+                    Ok(r) => r.evaluate(node, schema, old, root),
+                    Err(e) => Outcome::Failed(e),
+                };
+                let message = rule["message"].as_str().map(|m| format!(" ({m})")).unwrap_or_default();
+                match &outcome {
+                    Outcome::Holds | Outcome::NoOldSelf => {}
+                    Outcome::Violated => self.report.errors.push(format!("{here}: violates {text:?}{message}")),
+                    Outcome::Failed(e) => {
+                        self.report.errors.push(format!("{here}: {text:?} cannot be evaluated: {e}{message}"));
+                    }
+                    Outcome::NotModelled(f) => self
+                        .report
+                        .errors
+                        .push(format!("{here}: {text:?} calls {f}, which the chart tests' CEL does not model")),
                 }
+                self.report.cel.push(CelCheck {
+                    kind: self.kind.clone(),
+                    path: here.to_owned(),
+                    schema_path: if schema_path.is_empty() { "(root)".into() } else { schema_path.to_owned() },
+                    rule: text.to_owned(),
+                    outcome,
+                });
             }
         }
-        Value::Array(items) => {
-            let Some(item_schema) = schema.get("items") else { return };
-            match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
-                Some("map") => {
-                    let keys: Vec<&str> = schema
-                        .get("x-kubernetes-list-map-keys")
-                        .and_then(Value::as_array)
-                        .map(|k| k.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    let mut seen = HashSet::new();
-                    for item in items {
-                        let key: Vec<String> = keys
-                            .iter()
-                            .map(|k| {
-                                item.get(*k)
-                                    .or_else(|| item_schema["properties"][*k].get("default"))
-                                    .map(Value::to_string)
-                                    .unwrap_or_default()
-                            })
-                            .collect();
-                        if !seen.insert(key.clone()) {
-                            errors.push(format!("{here}: duplicate entry with {keys:?} = {key:?}"));
+        let join = |base: &str, seg: &str| match seg {
+            _ if base.is_empty() => seg.to_owned(),
+            "[]" | "{}" => format!("{base}{seg}"),
+            _ => format!("{base}.{seg}"),
+        };
+        match node {
+            Value::Object(m) => {
+                let props = schema.get("properties").and_then(Value::as_object);
+                let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+                for (k, v) in m {
+                    let (sub, seg) = match props.and_then(|p| p.get(k)) {
+                        Some(s) => (Some(s), k.clone()),
+                        None => (extra, "{}".to_owned()),
+                    };
+                    if let Some(sub) = sub {
+                        // The metadata of embedded objects is ObjectMeta; its schema here is only `type: object`.
+                        if root && k == "metadata" {
+                            continue;
                         }
+                        let old_v = old.and_then(|o| o.get(k));
+                        self.node(sub, v, old_v, &join(path, k), &join(schema_path, &seg), false);
                     }
                 }
-                Some("set") => {
-                    let mut seen = HashSet::new();
-                    for item in items {
-                        if !seen.insert(item.to_string()) {
-                            errors.push(format!("{here}: duplicate set entry {item}"));
+            }
+            Value::Array(items) => {
+                let Some(item_schema) = schema.get("items") else { return };
+                let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+                let keys: Vec<&str> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| k.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let key_of = |item: &Value| -> Vec<String> {
+                    keys.iter()
+                        .map(|k| {
+                            item.get(*k)
+                                .or_else(|| item_schema["properties"][*k].get("default"))
+                                .map(Value::to_string)
+                                .unwrap_or_default()
+                        })
+                        .collect()
+                };
+                match list_type {
+                    Some("map") => {
+                        let mut seen = HashSet::new();
+                        for item in items {
+                            let key = key_of(item);
+                            if !seen.insert(key.clone()) {
+                                self.report.errors.push(format!("{here}: duplicate entry with {keys:?} = {key:?}"));
+                            }
                         }
                     }
+                    Some("set") => {
+                        let mut seen = HashSet::new();
+                        for item in items {
+                            if !seen.insert(item.to_string()) {
+                                self.report.errors.push(format!("{here}: duplicate set entry {item}"));
+                            }
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
+                for (i, item) in items.iter().enumerate() {
+                    // Only items of map lists correlate with the old object (by their keys).
+                    let old_item = match list_type {
+                        Some("map") => {
+                            old.and_then(Value::as_array).and_then(|o| o.iter().find(|x| key_of(x) == key_of(item)))
+                        }
+                        _ => None,
+                    };
+                    self.node(
+                        item_schema,
+                        item,
+                        old_item,
+                        &join(path, &i.to_string()),
+                        &join(schema_path, "[]"),
+                        false,
+                    );
+                }
             }
-            for (i, item) in items.iter().enumerate() {
-                k8s_extensions(item_schema, item, &format!("{here}.{i}"), errors);
-            }
+            _ => {}
         }
-        _ => {}
     }
 }
 

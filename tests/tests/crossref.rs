@@ -5,8 +5,8 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use chart_tests::helm::{helm, Options};
 use chart_tests::manifest::{array_at, containers, def_matches, exec_actions, find, of_kind, str_at, Doc};
-use chart_tests::render::{renderer, Options};
 use clap::CommandFactory;
 use serde_json::Value;
 use support::{addon, addon_cr, addon_dir, cluster, cluster_dir, cmpd, examples, LINES};
@@ -247,6 +247,15 @@ fn the_topology_the_sharding_definition_and_the_cluster_chart_agree() {
     }
 }
 
+/// The arguments each action passes after its subcommand (decision: the 1.1 component postProvision registers only
+/// its own shard).
+fn action_arguments(def_kind: &str, action: &str, line: &str) -> &'static [&'static str] {
+    match (def_kind, action, line) {
+        ("ComponentDefinition", "postProvision", "1.1") => &["--own-shard"],
+        _ => &[],
+    }
+}
+
 #[test]
 fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
     let subs = subcommands();
@@ -254,18 +263,31 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
         let docs = addon(line);
         let group = &cmpd(docs, "pika-group-").object;
         let sharding = &of_kind(docs, "ShardingDefinition").next().expect("ShardingDefinition").object;
+        let budget: i64 = str_at(var(group, "ACTION_BUDGET_SECONDS"), "value").parse().expect("a number");
         let mut images = BTreeSet::new();
         let mut exec_containers = BTreeSet::new();
         let mut seen = BTreeSet::new();
         for def in [group, sharding] {
+            let def_kind = str_at(def, "kind");
             for (name, action) in exec_actions(def) {
                 let command = strings(array_at(action, "exec.command"));
                 let (_, want) = ACTION_SUBCOMMANDS
                     .iter()
                     .find(|(a, _)| *a == name)
                     .unwrap_or_else(|| panic!("line {line}: unexpected action {name}"));
-                assert_eq!(command, [ACTION_BIN, want], "line {line}: {name} must run `pika-action {want}`");
+                let mut argv = vec![ACTION_BIN, *want];
+                argv.extend(action_arguments(def_kind, &name, line));
+                assert_eq!(
+                    command,
+                    argv,
+                    "line {line}: {def_kind} {name} must run `pika-action {}`",
+                    argv[1..].join(" ")
+                );
                 assert!(subs.contains(*want), "line {line}: pika-action has no subcommand {want}: {subs:?}");
+                // The binary accepts exactly this command line.
+                if let Err(e) = <pika_action::cli::Cli as clap::Parser>::try_parse_from(&command) {
+                    panic!("line {line}: {def_kind} {name}: pika-action refuses {command:?}: {e}");
+                }
                 assert!(array_at(action, "exec.args").is_empty(), "{name}: no extra arguments");
                 images.insert(str_at(action, "exec.image").to_owned());
                 if let Some(c) = action["exec"].get("container") {
@@ -277,12 +299,17 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
                     assert!((1..=2).contains(&period), "roleProbe every {period}s: must be 1-2 s");
                     assert!((1..=period + 2).contains(&timeout), "roleProbe timeout {timeout}s");
                 } else {
+                    // KubeBlocks: 0 means 30 s and a blocking call is cut at 60 s; the budget ends the work first.
                     assert!((1..=60).contains(&timeout), "line {line}: {name} timeout {timeout}s not within 1-60 s");
-                    let budget: i64 = str_at(var(group, "ACTION_BUDGET_SECONDS"), "value").parse().expect("a number");
                     assert!(
                         budget < timeout && budget >= timeout - 15,
-                        "budget {budget}s vs timeout {timeout}s of {name}"
+                        "line {line}: budget {budget}s vs timeout {timeout}s of {name}"
                     );
+                    assert!(action.get("retryPolicy").is_none(), "{name}: retryPolicy is ignored before main");
+                }
+                if name == "switchover" {
+                    // Switchover gets one call: its whole budget, with room to confirm the transfer, fits in it.
+                    assert!(budget + 5 <= timeout, "line {line}: switchover budget {budget}s in a {timeout}s call");
                 }
                 let pre = str_at(action, "preCondition");
                 if ["memberJoin", "memberLeave", "switchover"].contains(&name.as_str()) {
@@ -292,25 +319,29 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
                     );
                 }
                 assert_ne!(pre, "ClusterReady", "line {line}: {name}: ClusterReady cannot be met by sharding actions");
-                assert!(seen.insert(name.clone()), "line {line}: {name} defined twice");
+                assert!(seen.insert(format!("{def_kind}.{name}")), "line {line}: {def_kind} {name} defined twice");
             }
         }
         assert_eq!(images.len(), 1, "line {line}: one exec image per component, sharding actions included: {images:?}");
         assert!(exec_containers.len() <= 1, "line {line}: one exec container: {exec_containers:?}");
         let image = images.into_iter().next().expect("an image");
         assert_eq!(str_at(container(group, "install-pika-action"), "image"), image, "the binary copied for rejoin");
-        let expected: &[&str] = match line {
-            "1.0" => &["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "preTerminate"],
-            _ => &["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "shardAdd", "shardRemove"],
+        let component = ["roleProbe", "switchover", "memberJoin", "memberLeave", "postProvision", "preTerminate"]
+            .map(|a| format!("ComponentDefinition.{a}"));
+        let expected: BTreeSet<String> = match line {
+            "1.0" => component.into_iter().collect(),
+            _ => component
+                .into_iter()
+                .chain(["postProvision", "shardAdd", "shardRemove"].map(|a| format!("ShardingDefinition.{a}")))
+                .collect(),
         };
-        assert_eq!(seen, expected.iter().map(|s| (*s).to_owned()).collect(), "line {line}: actions");
-        let group_actions: BTreeSet<String> = exec_actions(group).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(seen, expected, "line {line}: actions");
         let sharding_actions: BTreeSet<String> = exec_actions(sharding).into_iter().map(|(n, _)| n).collect();
+        // The shard's own postProvision waits for its pods on both lines; so do the sharding actions on 1.1.
+        assert_eq!(group["spec"]["lifecycleActions"]["postProvision"]["preCondition"], "RuntimeReady");
         if line == "1.0" {
             assert!(sharding_actions.is_empty(), "1.0.x runs no sharding action: {sharding_actions:?}");
-            assert_eq!(group["spec"]["lifecycleActions"]["postProvision"]["preCondition"], "RuntimeReady");
         } else {
-            assert!(!group_actions.contains("postProvision") && !group_actions.contains("preTerminate"));
             for a in ["shardAdd", "postProvision"] {
                 assert_eq!(sharding["spec"]["lifecycleActions"][a]["preCondition"], "RuntimeReady", "{a}");
             }
@@ -833,7 +864,7 @@ fn codis_proxies_register_a_stable_address_and_leave_the_dashboard_when_they_sto
 #[test]
 fn clusters_are_named_after_their_release_and_coexist_in_and_across_namespaces() {
     let render = |name: &str, ns: &str| {
-        renderer().render(&cluster_dir(), &Options::release(name, ns)).unwrap_or_else(|e| panic!("{e}"))
+        helm().render(&cluster_dir(), &Options::release(name, ns)).unwrap_or_else(|e| panic!("{e}"))
     };
     let mut seen = BTreeSet::new();
     for (name, ns) in [("alpha", "team-a"), ("beta", "team-a"), ("alpha", "team-b")] {
@@ -848,9 +879,9 @@ fn clusters_are_named_after_their_release_and_coexist_in_and_across_namespaces()
             );
         }
     }
-    let long = renderer().render(&cluster_dir(), &Options::release("a-very-long-cluster-name", "x"));
+    let long = helm().render(&cluster_dir(), &Options::release("a-very-long-cluster-name", "x"));
     assert!(long.is_err_and(|e| e.contains("longer than 16")), "long names are refused at render time");
-    let upper = renderer().render(&cluster_dir(), &Options::release("Pika", "x"));
+    let upper = helm().render(&cluster_dir(), &Options::release("Pika", "x"));
     assert!(upper.is_err(), "upper-case names are refused");
     // The addon's namespaced objects are in the release namespace; its definitions are cluster-scoped.
     for d in addon("1.0") {
@@ -990,7 +1021,7 @@ fn every_helper_is_named_after_its_chart_and_documented() {
 
 #[test]
 fn the_addon_object_installs_this_chart_version() {
-    let chart = renderer().yaml_to_json(&[addon_dir().join("Chart.yaml")]).expect("Chart.yaml");
+    let chart = helm().yaml_files(&[addon_dir().join("Chart.yaml")]).expect("Chart.yaml");
     let chart = &chart[0].object;
     let cr = &addon_cr().object;
     let version = str_at(chart, "version");
@@ -1005,7 +1036,7 @@ fn the_addon_object_installs_this_chart_version() {
     let url = str_at(cr, "spec.helm.chartLocationURL");
     assert!(url.ends_with(&format!("/{}-{version}.tgz", str_at(chart, "name"))), "chart URL {url}");
     for set in strings(array_at(cr, "spec.helm.installValues.setValues")) {
-        let ok = renderer().render(&addon_dir(), &Options::default().set(set));
+        let ok = helm().render(&addon_dir(), &Options::default().set(set));
         assert!(ok.is_ok(), "installValues {set}: {ok:?}");
     }
 }
@@ -1054,4 +1085,144 @@ fn the_addon_readme_documents_every_operation_with_existing_files() {
     }
     let examples_count = std::fs::read_dir(cluster_dir().join("examples")).expect("examples").count();
     assert!(mentioned >= examples_count, "README mentions {mentioned} example files of {examples_count}");
+}
+
+#[test]
+fn every_kubeblocks_definition_names_the_api_version_it_was_written_for() {
+    // KubeBlocks reconciles a ClusterDefinition, ComponentDefinition, ComponentVersion or ShardingDefinition only
+    // when its annotation kubeblocks.io/crd-api-version is set (to the API it was written for).
+    const RECONCILED: &[&str] = &["ClusterDefinition", "ComponentDefinition", "ComponentVersion", "ShardingDefinition"];
+    for line in LINES {
+        let mut checked = 0;
+        for d in addon(line).iter().filter(|d| RECONCILED.contains(&d.kind())) {
+            assert_eq!(
+                d.object["metadata"]["annotations"]["kubeblocks.io/crd-api-version"].as_str(),
+                Some(d.api_version()),
+                "line {line}: {}/{} ({})",
+                d.kind(),
+                d.name(),
+                d.source
+            );
+            checked += 1;
+        }
+        assert_eq!(
+            checked, 12,
+            "line {line}: 1 ClusterDefinition, 5 ComponentDefinitions, 5 ComponentVersions, 1 ShardingDefinition"
+        );
+    }
+}
+
+#[test]
+fn no_var_on_the_1_0_line_requires_all_component_objects() {
+    // On 1.0.x requireAllComponentObjects wants exactly as many components as the Cluster's spec: a scale-in (the
+    // leaving shard still exists) or a deletion never resolves the var, and the shard's preTerminate never runs.
+    for line in LINES {
+        for d in of_kind(addon(line), "ComponentDefinition") {
+            for v in array_at(&d.object, "spec.vars") {
+                let Some(Value::Object(from)) = v.get("valueFrom") else { continue };
+                for r in from.values() {
+                    let require = &r["multipleClusterObjectOption"]["requireAllComponentObjects"];
+                    if line == "1.0" {
+                        assert!(
+                            require.is_null() || require == false,
+                            "line 1.0: {} var {} requires all component objects",
+                            d.name(),
+                            v["name"]
+                        );
+                    }
+                }
+            }
+        }
+        let group = &cmpd(addon(line), "pika-group-").object;
+        let all = &var(group, "ALL_SHARDS_POD_FQDNS")["valueFrom"]["componentVarRef"]["multipleClusterObjectOption"];
+        match line {
+            "1.0" => assert!(all.get("requireAllComponentObjects").is_none(), "line 1.0: {all}"),
+            _ => assert_eq!(all["requireAllComponentObjects"], true, "line {line}: every shard is awaited"),
+        }
+    }
+}
+
+#[test]
+fn the_pika_pods_may_read_what_pika_action_asks_kubernetes_and_nothing_more() {
+    for line in LINES {
+        let group = &cmpd(addon(line), "pika-group-").object;
+        let mut rules: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for r in array_at(group, "spec.policyRules") {
+            for g in strings(array_at(r, "apiGroups")) {
+                for res in strings(array_at(r, "resources")) {
+                    for verb in strings(array_at(r, "verbs")) {
+                        rules.insert((g.to_owned(), res.to_owned(), verb.to_owned()));
+                    }
+                }
+            }
+        }
+        let want: BTreeSet<(String, String, String)> = [
+            // pre-terminate: is the Cluster being deleted (deletionTimestamp, or gone)?
+            ("apps.kubeblocks.io", "clusters", "get"),
+            // switchover and member-leave: rollout facts of the shard's pods.
+            ("", "pods", "get"),
+            ("", "pods", "list"),
+            ("workloads.kubeblocks.io", "instancesets", "get"),
+            // Events for operators.
+            ("", "events", "create"),
+        ]
+        .into_iter()
+        .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(rules, want, "line {line}: policyRules");
+    }
+}
+
+#[test]
+fn every_var_naming_another_component_resolves_while_the_shards_are_created_and_deleted() {
+    // A non-optional var of another component resolves only while that component exists: it must be provisioned
+    // before the shards (else the shards wait for it forever) and terminated after them (else a shard's
+    // preTerminate, which resolves every var, never runs and the deletion stalls).
+    for line in LINES {
+        let docs = addon(line);
+        let cd = of_kind(docs, "ClusterDefinition").next().expect("ClusterDefinition");
+        let topo = array_at(&cd.object, "spec.topologies").iter().find(|t| t["default"] == true).expect("default");
+        let stage = |order: &str, name: &str| -> usize {
+            strings(array_at(topo, &format!("orders.{order}")))
+                .iter()
+                .position(|s| s.split(',').any(|n| n == name))
+                .unwrap_or_else(|| panic!("{name} is not in the {order} order"))
+        };
+        // Which topology component a ComponentDefinition name plays.
+        let role_of = |cmpd_name: &str| -> String {
+            array_at(topo, "components")
+                .iter()
+                .find(|c| def_matches(str_at(c, "compDef"), cmpd_name))
+                .map(|c| str_at(c, "name").to_owned())
+                .unwrap_or_else(|| "pika".to_owned())
+        };
+        let group = &cmpd(docs, "pika-group-").object;
+        let mut checked = 0;
+        for v in array_at(group, "spec.vars") {
+            let Some(Value::Object(from)) = v.get("valueFrom") else { continue };
+            for r in from.values() {
+                let Some(pattern) = r.get("compDef").and_then(Value::as_str) else { continue };
+                let target: Vec<&str> =
+                    of_kind(docs, "ComponentDefinition").map(Doc::name).filter(|n| def_matches(pattern, n)).collect();
+                assert_eq!(target.len(), 1, "{}: {pattern}", v["name"]);
+                let other = role_of(target[0]);
+                if other == "pika" {
+                    continue; // ALL_SHARDS_POD_FQDNS: the shards themselves.
+                }
+                assert!(r["optional"] != true, "{}: optional refs resolve to nothing", v["name"]);
+                assert!(
+                    stage("provision", &other) < stage("provision", "pika"),
+                    "line {line}: {} needs {other} first",
+                    v["name"]
+                );
+                assert!(
+                    stage("terminate", &other) > stage("terminate", "pika"),
+                    "line {line}: {} reads {other}, which is deleted before the shards",
+                    v["name"]
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 3, "line {line}: the dashboard address, etcd endpoints and password: {checked}");
+    }
 }

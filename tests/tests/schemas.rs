@@ -5,18 +5,21 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use chart_tests::helm::summary;
 use chart_tests::manifest::{find, Doc};
-use chart_tests::render::{renderer, summary, Options};
 use chart_tests::schema::schemas;
 use chart_tests::SCHEMA_VERSIONS;
 use serde_json::{json, Value};
-use support::{addon, addon_cr, cluster, cluster_dir, cmpd, examples, LINES};
+use support::{
+    addon, addon_cr, addon_dir, cluster_dir, cmpd, examples, render_with, schema_version_of, ADDON_VALUE_SETS,
+    CLUSTER_VALUE_SETS, LINES,
+};
 
 fn assert_valid(what: &str, docs: &[Doc]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
     let mut problems = Vec::new();
     for version in SCHEMA_VERSIONS {
-        let (with_crd, p) = schemas(version).validate_all(docs);
+        let (with_crd, p, _) = schemas(version).validate_all(docs);
         counts.insert(version, with_crd);
         problems.extend(p);
     }
@@ -66,27 +69,56 @@ fn every_addon_object_of_both_lines_validates_against_both_schema_versions() {
 }
 
 #[test]
-fn the_cluster_chart_validates_against_both_schema_versions() {
-    assert_valid("clusterdefs (defaults)", cluster());
-    let other = renderer()
-        .render(
-            &cluster_dir(),
-            &Options::release("big", "prod")
-                .set("shards=8")
-                .set("replicas=3")
-                .set("storage=100Gi")
-                .set("storageClassName=fast")
-                .set("etcd.replicas=5")
-                .set("codisProxy.replicas=4")
-                .set("monitoring=false"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_valid("clusterdefs (8 shards of 3)", &other);
-    let c = find(&other, "Cluster", "big");
-    assert_eq!(c.at("spec.shardings.0.shards"), Some(&json!(8)));
+fn every_value_set_of_the_addon_validates_against_the_schema_of_its_line() {
+    for line in LINES {
+        for vs in ADDON_VALUE_SETS {
+            let mut set = vec![format!("kubeblocksLine={line}")];
+            set.extend(vs.set.iter().map(|s| (*s).to_owned()));
+            let set: Vec<&str> = set.iter().map(String::as_str).collect();
+            let docs = render_with(&addon_dir(), "pika", "kb-system", &set);
+            let version = schema_version_of(line);
+            let (with_crd, problems, cel) = schemas(version).validate_all(&docs);
+            assert!(problems.is_empty(), "line {line}, {}: {}", vs.name, problems.join("\n"));
+            assert_eq!(with_crd, 16, "line {line}, {}", vs.name);
+            eprintln!(
+                "addon line {line} ({}): {} objects against {version}, {} CEL rule evaluations",
+                vs.name,
+                docs.len(),
+                cel.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_value_set_of_the_cluster_chart_validates_against_both_schema_versions() {
+    for vs in CLUSTER_VALUE_SETS {
+        let docs = render_with(&cluster_dir(), "mycluster", "demo", vs.set);
+        assert_eq!(docs.len(), 1, "{}: one Cluster:\n{}", vs.name, summary(&docs));
+        assert_valid(&format!("clusterdefs ({})", vs.name), &docs);
+    }
+    let many = render_with(&cluster_dir(), "big", "prod", CLUSTER_VALUE_SETS[2].set);
+    let c = find(&many, "Cluster", "big");
+    assert_eq!(c.at("spec.shardings.0.shards"), Some(&json!(64)));
     assert_eq!(c.at("spec.shardings.0.template.replicas"), Some(&json!(3)));
     assert_eq!(c.at("spec.shardings.0.template.disableExporter"), Some(&json!(true)));
     assert_eq!(c.at("spec.shardings.0.template.volumeClaimTemplates.0.spec.storageClassName"), Some(&json!("fast")));
+    assert_eq!(
+        c.at("spec.componentSpecs.0.volumeClaimTemplates.0.spec.resources.requests.storage"),
+        Some(&json!("2Gi"))
+    );
+    let one = render_with(&cluster_dir(), "one", "demo", CLUSTER_VALUE_SETS[1].set);
+    assert_eq!(find(&one, "Cluster", "one").at("spec.shardings.0.shards"), Some(&json!(1)));
+    let pw = render_with(&cluster_dir(), "mycluster", "demo", CLUSTER_VALUE_SETS[3].set);
+    let dashboard = &find(&pw, "Cluster", "mycluster").object["spec"]["componentSpecs"][1];
+    assert_eq!(dashboard["name"], "codis-dashboard");
+    assert_eq!(
+        dashboard["systemAccounts"],
+        json!([{"name": "default", "secretRef": {"name": "mycluster-password", "namespace": "demo", "password": "password"}}]),
+        "the password account is codis-dashboard's `default`, whose password every pika and proxy uses"
+    );
+    let renamed = render_with(&cluster_dir(), "mycluster", "demo", CLUSTER_VALUE_SETS[4].set);
+    let _ = find(&renamed, "Cluster", "pika-prod");
 }
 
 #[test]
@@ -215,4 +247,34 @@ fn an_apiversion_a_line_does_not_serve_is_rejected() {
     obj["apiVersion"] = json!("apps.kubeblocks.io/v1alpha1");
     let errs = schemas("main").validate(&obj).expect_err("main serves apps.kubeblocks.io/v1 only");
     assert!(errs.iter().any(|e| e.contains("v1alpha1")), "{errs:?}");
+}
+
+#[test]
+fn the_api_servers_defaults_fill_required_fields_before_validation() {
+    // Cluster componentSpecs[].replicas is required and defaults to 1: the API server accepts a component without.
+    let mut cluster = support::cluster()[0].object.clone();
+    cluster["spec"]["componentSpecs"][1].as_object_mut().expect("codis-dashboard").remove("replicas");
+    // flattenFormat.keyValueDelimiter is required and defaults to ":".
+    let mut group = cmpd(addon("1.0"), "pika-group-").object.clone();
+    let all = group["spec"]["vars"]
+        .as_array_mut()
+        .expect("vars")
+        .iter_mut()
+        .find(|v| v["name"] == "ALL_SHARDS_POD_FQDNS")
+        .expect("ALL_SHARDS_POD_FQDNS");
+    all["valueFrom"]["componentVarRef"]["multipleClusterObjectOption"]["combinedOption"]["flattenFormat"]
+        .as_object_mut()
+        .expect("flattenFormat")
+        .remove("keyValueDelimiter");
+    for version in SCHEMA_VERSIONS {
+        for obj in [&cluster, &group] {
+            schemas(version).validate(obj).unwrap_or_else(|e| panic!("[{version}] {}: {e:?}", obj["kind"]));
+        }
+    }
+    // A required field without a default is still required.
+    let mut no_name = cluster.clone();
+    no_name["spec"]["componentSpecs"][1].as_object_mut().expect("codis-dashboard").remove("name");
+    for version in SCHEMA_VERSIONS {
+        assert!(schemas(version).validate(&no_name).is_err(), "[{version}] a component without a name");
+    }
 }

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use testbed::{CodisDouble, DoubleOptions};
 
-const USAGE: &str =
-    "usage: codis-double [--listen ADDR] [--product NAME] [--overrides server=host:port,...] \
+const USAGE: &str = "usage: codis-double [--listen ADDR] [--product NAME] [--overrides server=host:port,...] \
                      [--tick-ms N] [--fork] [--password PW] [--dead-checks N]";
 
 fn parse(args: &[String]) -> Result<DoubleOptions, String> {
@@ -25,20 +24,14 @@ fn parse(args: &[String]) -> Result<DoubleOptions, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--listen" => {
-                opts.listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?)
-            }
+            "--listen" => opts.listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
             "--product" => opts.product = value()?.clone(),
             "--password" => opts.password = Some(value()?.clone()),
             "--tick-ms" => {
                 let ms: u64 = value()?.parse().map_err(|e| format!("--tick-ms: {e}"))?;
                 opts.tick = Duration::from_millis(ms.max(1));
             }
-            "--dead-checks" => {
-                opts.dead_checks = value()?
-                    .parse()
-                    .map_err(|e| format!("--dead-checks: {e}"))?
-            }
+            "--dead-checks" => opts.dead_checks = value()?.parse().map_err(|e| format!("--dead-checks: {e}"))?,
             "--overrides" => opts.overrides = overrides(value()?)?,
             "--fork" => opts.fork = true,
             other => return Err(format!("unknown argument {other:?}")),

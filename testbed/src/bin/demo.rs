@@ -25,7 +25,13 @@ fn main() -> ExitCode {
     let mut bed = Bed::with(ClusterFixture::new(3, 2), opts);
     let proxy = ProxyDouble::start(bed.codis.product());
     let online = bed.codis.call("PUT", &format!("/api/topom/proxy/online/{{xauth}}/{}", proxy.admin_addr()));
-    println!("   dashboard {} (product {}), proxy {} online: {}", bed.codis.addr(), bed.codis.product(), proxy.admin_addr(), online.is_ok());
+    println!(
+        "   dashboard {} (product {}), proxy {} online: {}",
+        bed.codis.addr(),
+        bed.codis.product(),
+        proxy.admin_addr(),
+        online.is_ok()
+    );
 
     let mut failures = 0;
     let mut step = |title: &str, action: &str, env: BTreeMap<String, String>, bed: &Bed| {
@@ -36,19 +42,34 @@ fn main() -> ExitCode {
         print_topology(bed);
     };
 
-    step("create the cluster: post-provision registers every shard and assigns the slots", "post-provision", bed.env(0), &bed);
+    step(
+        "create the cluster: post-provision registers every shard and assigns the slots",
+        "post-provision",
+        bed.env(0),
+        &bed,
+    );
 
     let added = bed.add_shard(2);
     let mut env = bed.env(0);
     env.insert("KB_ADD_SHARD_NAME".into(), bed.cluster.shards[added].full.clone());
-    step("scale out to 4 shards: shard-add registers the new shard and moves the fewest slots onto it", "shard-add", env, &bed);
+    step(
+        "scale out to 4 shards: shard-add registers the new shard and moves the fewest slots onto it",
+        "shard-add",
+        env,
+        &bed,
+    );
 
     let removed = 1;
     let remaining: Vec<usize> = (0..bed.cluster.shards.len()).filter(|&i| i != removed).collect();
     let mut env = bed.env(0);
     env.insert("KB_REMOVE_SHARD_NAME".into(), bed.cluster.shards[removed].full.clone());
     env.insert("ALL_SHARDS_POD_FQDNS".into(), bed.cluster.all_shards_of(&remaining));
-    step("scale in to 3 shards: shard-remove drains the leaving shard's slots, then removes its group", "shard-remove", env, &bed);
+    step(
+        "scale in to 3 shards: shard-remove drains the leaving shard's slots, then removes its group",
+        "shard-remove",
+        env,
+        &bed,
+    );
 
     let shard = &bed.cluster.shards[0];
     let master = shard.pod(0);
@@ -95,7 +116,11 @@ fn run(binary: &PathBuf, action: &str, env: &BTreeMap<String, String>) -> bool {
         let last = stderr.lines().last().unwrap_or_default();
         match code {
             Some(0) => {
-                println!("   exit 0 after {:.1}s ({attempt} run(s)): {}", started.elapsed().as_secs_f64(), stdout.trim());
+                println!(
+                    "   exit 0 after {:.1}s ({attempt} run(s)): {}",
+                    started.elapsed().as_secs_f64(),
+                    stdout.trim()
+                );
                 return true;
             }
             Some(75) => println!("   exit 75 (budget used up, KubeBlocks reruns it): {last}"),

@@ -15,28 +15,26 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use super::model::{
-    Group, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerStats, Slot, SlotActionStats,
-    SlotMapping, TopomModel,
+    Group, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerStats, Slot, SlotActionStats, SlotMapping,
+    TopomModel,
 };
 use super::proxy_client::ProxyClient;
 use super::resp::Conn;
+use super::slotkeys;
 use super::state::{AssignItem, Topo};
 use super::wire::{self, ApiError};
 use super::Shared;
 
 /// Go's `strconv.Atoi` failure as Codis reports it: `invalid <param>`, untraced.
 fn int(text: &str, name: &str) -> Result<i64, ApiError> {
-    text.parse::<i64>()
-        .map_err(|_| ApiError::plain(format!("invalid {name}")))
+    text.parse::<i64>().map_err(|_| ApiError::plain(format!("invalid {name}")))
 }
 
 fn authed(shared: &Shared, x: &str) -> Result<(), ApiError> {
     if x == shared.xauth {
         Ok(())
     } else {
-        Err(ApiError::plain(
-            "invalid xauth, please check product name & auth",
-        ))
+        Err(ApiError::plain("invalid xauth, please check product name & auth"))
     }
 }
 
@@ -57,7 +55,7 @@ pub(crate) async fn dispatch(
     let result = match s.as_slice() {
         [] if get => Ok(wire::redirect("/topom")),
         ["topom"] if get => Ok(wire::ok_json(&overview(sh))),
-        ["topom", "model"] | ["api", "topom", "model"] if get => Ok(wire::ok_json(&sh.topom)),
+        ["topom", "model"] | ["api", "topom", "model"] if get => Ok(wire::ok_json(&topom(sh))),
         ["topom", "stats"] if get => Ok(wire::ok_json(&stats(sh))),
         ["topom", "slots"] if get => Ok(wire::ok_json(&slots(sh))),
         ["api", "topom", "group", "info", addr] if get => group_info(sh, addr).await,
@@ -77,11 +75,7 @@ pub(crate) async fn dispatch(
 }
 
 /// The PUT routes under `/api/topom/`; `None` when no route matches.
-async fn put_route(
-    shared: &Arc<Shared>,
-    rest: &[&str],
-    body: &[u8],
-) -> Option<Result<Response<Body>, ApiError>> {
+async fn put_route(shared: &Arc<Shared>, rest: &[&str], body: &[u8]) -> Option<Result<Response<Body>, ApiError>> {
     let sh = shared.as_ref();
     let ok = |r: Result<(), ApiError>| r.map(|()| wire::ok());
     Some(match rest {
@@ -95,19 +89,13 @@ async fn put_route(
         ["proxy", "online", x, addr] => ok(proxy_create(sh, x, addr, true).await),
         ["proxy", "reinit", x, token] => ok(proxy_reinit(sh, x, token).await),
         ["proxy", "remove", x, token, force] => ok(proxy_remove(sh, x, token, force).await),
-        ["group", "create", x, gid] => {
-            ok(stored(sh, x, |t| t.create_group(int(gid, "gid")?)).await)
-        }
-        ["group", "remove", x, gid] => {
-            ok(stored(sh, x, |t| t.remove_group(int(gid, "gid")?)).await)
-        }
+        ["group", "create", x, gid] => ok(stored(sh, x, |t| t.create_group(int(gid, "gid")?)).await),
+        ["group", "remove", x, gid] => ok(stored(sh, x, |t| t.remove_group(int(gid, "gid")?)).await),
         ["group", "resync", x, gid] => ok(group_resync(sh, x, Some(gid)).await),
         ["group", "resync-all", x] => ok(group_resync(sh, x, None).await),
         ["group", "add", x, gid, addr] => ok(group_add(sh, x, gid, addr, "").await),
         ["group", "add", x, gid, addr, dc] => ok(group_add(sh, x, gid, addr, dc).await),
-        ["group", "del", x, gid, addr] => {
-            ok(stored(sh, x, |t| t.group_del_server(int(gid, "gid")?, addr)).await)
-        }
+        ["group", "del", x, gid, addr] => ok(stored(sh, x, |t| t.group_del_server(int(gid, "gid")?, addr)).await),
         ["group", "promote", x, gid, addr] => ok(group_promote(sh, x, gid, addr).await),
         ["group", "replica-groups", x, gid, addr, value] => ok(stored(sh, x, |t| {
             let gid = int(gid, "gid")?;
@@ -135,17 +123,15 @@ async fn put_route(
             t.slot_create_range(beg, end, int(gid, "gid")?)
         })
         .await),
-        ["slots", "action", "remove", x, sid] => {
-            ok(stored(sh, x, |t| t.slot_remove(int(sid, "sid")?)).await)
-        }
+        ["slots", "action", "remove", x, sid] => ok(stored(sh, x, |t| t.slot_remove(int(sid, "sid")?)).await),
         ["slots", "action", "interval", x, value] => ok(authed(sh, x).and_then(|()| {
             let us = int(value, "value")?.clamp(0, 1_000_000);
-            sh.state().slot_action.interval = us;
+            sh.state().mem.slot_action.interval = us;
             Ok(())
         })),
         ["slots", "action", "disabled", x, value] => ok(authed(sh, x).and_then(|()| {
             let value = int(value, "value")?;
-            sh.state().slot_action.disabled = value != 0;
+            sh.state().mem.slot_action.disabled = value != 0;
             Ok(())
         })),
         ["slots", "assign", x] => ok(slots_assign(sh, x, body, false).await),
@@ -156,11 +142,7 @@ async fn put_route(
 }
 
 /// A mutation with no I/O: xauth, then the check-and-store under the op lock.
-async fn stored(
-    sh: &Shared,
-    x: &str,
-    f: impl FnOnce(&mut Topo) -> Result<(), ApiError>,
-) -> Result<(), ApiError> {
+async fn stored(sh: &Shared, x: &str, f: impl FnOnce(&mut Topo) -> Result<(), ApiError>) -> Result<(), ApiError> {
     authed(sh, x)?;
     let _op = sh.op.lock().await;
     let mut st = sh.state();
@@ -219,15 +201,9 @@ fn stats(sh: &Shared) -> Stats {
     Stats {
         closed: false,
         slots: st.topo.slots.clone(),
-        group: GroupStats {
-            models: st.topo.groups.values().cloned().collect(),
-            stats: st.server_stats.clone(),
-        },
-        proxy: ProxyStatsOut {
-            models: proxies,
-            stats: st.proxy_stats.clone(),
-        },
-        slot_action: st.slot_action.clone(),
+        group: GroupStats { models: st.topo.groups.values().cloned().collect(), stats: st.mem.server_stats.clone() },
+        proxy: ProxyStatsOut { models: proxies, stats: st.mem.proxy_stats.clone() },
+        slot_action: st.mem.slot_action.clone(),
         sentinels: Sentinels {
             model: SentinelModel { out_of_sync: false },
             stats: BTreeMap::new(),
@@ -238,11 +214,7 @@ fn stats(sh: &Shared) -> Stats {
 
 fn slots(sh: &Shared) -> Vec<Slot> {
     let st = sh.state();
-    st.topo
-        .slots
-        .iter()
-        .map(|m| st.topo.slot_view(m, None))
-        .collect()
+    st.topo.slots.iter().map(|m| st.topo.slot_view(m, None)).collect()
 }
 
 /// Upstream dashboard config (reference §4).
@@ -309,7 +281,7 @@ fn config(sh: &Shared) -> Config {
             coordinator_name: "memory".into(),
             coordinator_addr: String::new(),
             coordinator_auth: String::new(),
-            admin_addr: sh.topom.admin_addr.clone(),
+            admin_addr: topom(sh).admin_addr,
             product_name: o.product.clone(),
             migration_method: o.migration_method.clone(),
             migration_parallel_slots: o.migration_parallel_slots,
@@ -333,7 +305,7 @@ fn config(sh: &Shared) -> Config {
             coordinator_name: "memory".into(),
             coordinator_addr: String::new(),
             coordinator_auth: String::new(),
-            admin_addr: sh.topom.admin_addr.clone(),
+            admin_addr: topom(sh).admin_addr,
             product_name: o.product.clone(),
             migration_method: o.migration_method.clone(),
             migration_parallel_slots: o.migration_parallel_slots,
@@ -353,15 +325,19 @@ fn config(sh: &Shared) -> Config {
 }
 
 #[derive(Serialize)]
-struct Overview<'a> {
+struct Overview {
     version: &'static str,
     compile: &'static str,
     config: Config,
-    model: &'a TopomModel,
+    model: TopomModel,
     stats: Stats,
 }
 
-fn overview(sh: &Shared) -> Overview<'_> {
+fn topom(sh: &Shared) -> TopomModel {
+    sh.topom.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+fn overview(sh: &Shared) -> Overview {
     Overview {
         version: if sh.opts.fork {
             "testbed codis-double (pika fork of codis @218b68bb)"
@@ -370,7 +346,7 @@ fn overview(sh: &Shared) -> Overview<'_> {
         },
         compile: "testbed",
         config: config(sh),
-        model: &sh.topom,
+        model: topom(sh),
         stats: stats(sh),
     }
 }
@@ -383,14 +359,38 @@ pub(crate) async fn fetch_info(
 ) -> Result<BTreeMap<String, String>, String> {
     let target = sh.dial_target(addr);
     let mut conn = Conn::dial(&target, sh.password(), sh.opts.dial_timeout).await?;
+    info_of(sh, &mut conn, section).await
+}
+
+/// INFO over the stats loop's pooled connection to `addr`, as Codis's stats pool does: a connection that fails is
+/// dropped (so a server that killed its clients shows one `EOF` error, then answers again on a new connection).
+pub(crate) async fn fetch_info_pooled(
+    sh: &Shared,
+    addr: &str,
+    section: Option<&str>,
+) -> Result<BTreeMap<String, String>, String> {
+    let target = sh.dial_target(addr);
+    let pooled = {
+        let mut pool = sh.stats_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pool.get_mut(&target).and_then(Vec::pop)
+    };
+    let mut conn = match pooled {
+        // Go's client writes INFO on the dead connection and reads the server's FIN.
+        Some(c) if c.peer_closed() => return Err("EOF".into()),
+        Some(c) => c,
+        None => Conn::dial(&target, sh.password(), sh.opts.dial_timeout).await?,
+    };
+    let info = info_of(sh, &mut conn, section).await?;
+    sh.stats_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(target).or_default().push(conn);
+    Ok(info)
+}
+
+async fn info_of(sh: &Shared, conn: &mut Conn, section: Option<&str>) -> Result<BTreeMap<String, String>, String> {
     let mut info = conn.info(section).await?;
     if let Some(real) = info.get("master_addr").cloned() {
         if let Some(name) = sh.registered_name(&real) {
             if let Some((host, port)) = name.rsplit_once(':') {
-                info.insert(
-                    "master_host".into(),
-                    host.trim_matches(['[', ']']).to_owned(),
-                );
+                info.insert("master_host".into(), host.trim_matches(['[', ']']).to_owned());
                 info.insert("master_port".into(), port.to_owned());
             }
             info.insert("master_addr".into(), name);
@@ -410,11 +410,15 @@ async fn group_add(sh: &Shared, x: &str, gid: &str, addr: &str, dc: &str) -> Res
     if addr.is_empty() {
         return Err(ApiError::plain("missing addr"));
     }
-    // Codis runs SLOTSINFO here; redis-server has no such command, so a PING proves the same reachability.
-    let mut conn = Conn::dial(&sh.dial_target(addr), sh.password(), sh.opts.dial_timeout)
-        .await
-        .map_err(ApiError::traced)?;
-    conn.call(&["PING"]).await.map_err(ApiError::traced)?;
+    // Codis checks the server with SLOTSINFO. redis-server has no such command: for a stand-in the double computes
+    // the same answer (keys per slot) itself, which also primes its slot index of that server.
+    let real = sh.dial_target(addr);
+    let mut conn = Conn::dial(&real, sh.password(), sh.opts.dial_timeout).await.map_err(ApiError::traced)?;
+    if sh.opts.redis_stand_ins {
+        slotkeys::slots_info(&mut conn, &real, sh.opts.max_slot_num, sh.password()).await.map_err(ApiError::traced)?;
+    } else {
+        conn.call(&["SLOTSINFO"]).await.map_err(ApiError::traced)?;
+    }
     drop(conn);
     let _op = sh.op.lock().await;
     sh.state().topo.group_add_server(gid, dc, addr)
@@ -428,18 +432,7 @@ pub(crate) fn group_batches(topo: &Topo, gid: u32) -> Vec<(Proxy, Vec<Slot>)> {
 
 /// Per-proxy views of `mappings` in `topo`, ready to push.
 pub(crate) fn batches(topo: &Topo, mappings: &[SlotMapping]) -> Vec<(Proxy, Vec<Slot>)> {
-    topo.proxies
-        .values()
-        .map(|p| {
-            (
-                p.clone(),
-                mappings
-                    .iter()
-                    .map(|m| topo.slot_view(m, Some(p)))
-                    .collect(),
-            )
-        })
-        .collect()
+    topo.proxies.values().map(|p| (p.clone(), mappings.iter().map(|m| topo.slot_view(m, Some(p))).collect())).collect()
 }
 
 /// Pushes slots to every proxy in parallel; the first failing token (in token order) is the error, as
@@ -493,12 +486,7 @@ async fn group_resync(sh: &Shared, x: &str, gid: Option<&str>) -> Result<(), Api
 /// Tells `addr` to replicate `master` (registered spelling) or to become a master (`None`), the way the dashboard
 /// does: upstream in one `MULTI` with `CONFIG SET masterauth`, `CONFIG REWRITE` and `CLIENT KILL TYPE normal`; the
 /// fork with separate commands and a forced `SLAVEOF h p -f` when `force` is set.
-pub(crate) async fn set_master(
-    sh: &Shared,
-    addr: &str,
-    master: Option<&str>,
-    force: bool,
-) -> Result<(), String> {
+pub(crate) async fn set_master(sh: &Shared, addr: &str, master: Option<&str>, force: bool) -> Result<(), String> {
     let mut conn = Conn::dial(&sh.dial_target(addr), sh.password(), sh.opts.dial_timeout).await?;
     let real = master.map(|m| sh.dial_target(m));
     let (host, port) = match &real {
@@ -535,25 +523,18 @@ async fn group_promote(sh: &Shared, x: &str, gid: &str, addr: &str) -> Result<()
     let _op = sh.op.lock().await;
     let gid = {
         let mut st = sh.state();
-        let executor = st.slot_action.executor;
+        let executor = st.mem.slot_action.executor;
         let (gid, index) = st.topo.promote_check(gid, addr, executor)?;
         if let Some(g) = st.topo.groups.get_mut(&gid) {
             if g.promoting.state.is_nothing() {
-                g.promoting = Promoting {
-                    index: u32::try_from(index).unwrap_or(u32::MAX),
-                    state: PromotingState::Preparing,
-                };
+                g.promoting =
+                    Promoting { index: u32::try_from(index).unwrap_or(u32::MAX), state: PromotingState::Preparing };
             }
         }
         gid
     };
-    let state_of = |sh: &Shared| {
-        sh.state()
-            .topo
-            .groups
-            .get(&gid)
-            .map_or(PromotingState::Nothing, |g| g.promoting.state)
-    };
+    let state_of =
+        |sh: &Shared| sh.state().topo.groups.get(&gid).map_or(PromotingState::Nothing, |g| g.promoting.state);
     if state_of(sh) == PromotingState::Preparing {
         // Push the group's slots locked, computed on a copy: the store changes only after every proxy took it.
         let (locked, unlocked) = {
@@ -562,11 +543,7 @@ async fn group_promote(sh: &Shared, x: &str, gid: &str, addr: &str) -> Result<()
             if let Some(g) = tmp.groups.get_mut(&gid) {
                 g.promoting.state = PromotingState::Prepared;
             }
-            let mappings: Vec<SlotMapping> = tmp
-                .slots_of_group(gid)
-                .into_iter()
-                .map(|s| tmp.slots[s])
-                .collect();
+            let mappings: Vec<SlotMapping> = tmp.slots_of_group(gid).into_iter().map(|s| tmp.slots[s]).collect();
             (batches(&tmp, &mappings), batches(&st.topo, &mappings))
         };
         if let Err(e) = push(sh, locked).await {
@@ -603,11 +580,7 @@ async fn slots_assign(sh: &Shared, x: &str, body: &[u8], offline: bool) -> Resul
     let _op = sh.op.lock().await;
     let batch = {
         let mut st = sh.state();
-        let touched = if offline {
-            st.topo.slots_assign_offline(&items)?
-        } else {
-            st.topo.slots_assign(&items)?
-        };
+        let touched = if offline { st.topo.slots_assign_offline(&items)? } else { st.topo.slots_assign(&items)? };
         let mappings: Vec<SlotMapping> = touched.iter().map(|&s| st.topo.slots[s]).collect();
         batches(&st.topo, &mappings)
     };
@@ -637,20 +610,10 @@ pub(crate) async fn reinit(sh: &Shared, p: &Proxy) -> Result<(), ApiError> {
     );
     let slots: Vec<Slot> = {
         let st = sh.state();
-        st.topo
-            .slots
-            .iter()
-            .map(|m| st.topo.slot_view(m, Some(p)))
-            .collect()
+        st.topo.slots.iter().map(|m| st.topo.slot_view(m, Some(p))).collect()
     };
-    client
-        .fill_slots(&slots)
-        .await
-        .map_err(|_| ApiError::traced(format!("proxy-[{}] fillslots failed", p.token)))?;
-    client
-        .start()
-        .await
-        .map_err(|_| ApiError::traced(format!("proxy-[{}] start failed", p.token)))?;
+    client.fill_slots(&slots).await.map_err(|_| ApiError::traced(format!("proxy-[{}] fillslots failed", p.token)))?;
+    client.start().await.map_err(|_| ApiError::traced(format!("proxy-[{}] start failed", p.token)))?;
     if !sh.opts.fork {
         client
             .set_sentinels()
@@ -679,20 +642,14 @@ async fn proxy_create(sh: &Shared, x: &str, addr: &str, online: bool) -> Result<
         &sh.dial_target(&p.admin_addr),
         &wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token),
     );
-    client
-        .xping()
-        .await
-        .map_err(|e| ApiError::traced(format!("proxy@{addr} check xauth failed{}", suffix(e))))?;
+    client.xping().await.map_err(|e| ApiError::traced(format!("proxy@{addr} check xauth failed{}", suffix(e))))?;
     let _op = sh.op.lock().await;
     {
         let mut st = sh.state();
         let max_id = st.topo.proxies.values().map(|p| p.id).max().unwrap_or(0);
         match st.topo.proxies.get(&p.token) {
             Some(_) if !online => {
-                return Err(ApiError::traced(format!(
-                    "proxy-[{}] already exists",
-                    p.token
-                )));
+                return Err(ApiError::traced(format!("proxy-[{}] already exists", p.token)));
             }
             Some(existing) => p.id = existing.id,
             None => p.id = max_id + 1,
@@ -737,8 +694,7 @@ async fn proxy_remove(sh: &Shared, x: &str, token: &str, force: &str) -> Result<
             return Err(ApiError::traced(format!("proxy-[{token}] shutdown failed")));
         }
     }
-    let mut st = sh.state();
-    st.topo.proxies.remove(token);
-    st.proxy_stats.remove(token);
+    // The stats entry stays until the next refresh rebuilds the map, as in Codis.
+    sh.state().topo.proxies.remove(token);
     Ok(())
 }

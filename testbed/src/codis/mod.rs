@@ -1,49 +1,49 @@
 //! A Codis dashboard test double: the HTTP API of `codis-dashboard` 3.2 (and, with [`DoubleOptions::fork`], of the
 //! Pika fork) over real redis-server backends, so every test of the actions runs against Codis's wire contract
-//! without Codis installed.
+//! without Codis installed. Its behaviour follows the source of CodisLabs/codis at de1ad026 (pkg/topom) and is
+//! checked value by value against two recordings of that build (`tests/conformance.rs`).
 //!
 //! # What it models
-//! - Every route of reference §3 except the sentinel routes, with Codis's conventions: GET reads, PUT mutations,
-//!   parameters as path segments (raw or `%3A`-escaped), one trailing `/` accepted, `404 page not found` for unknown
-//!   paths and wrong methods, `"OK"` for mutations, HTTP 800 `{"Cause", "Stack"}` errors with the recorded `Cause`
-//!   strings, checked in Codis's order (xauth first).
-//! - Groups, servers and their sync actions against **real** backends: `group/add` dials the server; a sync action
-//!   sends a real `SLAVEOF` (upstream: inside `MULTI` with `CONFIG SET masterauth`, `CONFIG REWRITE`,
-//!   `CLIENT KILL TYPE normal`, like Codis); `group/promote` sends `SLAVEOF NO ONE` to the new master only and
-//!   reorders the servers — nothing is sent to the old master or the other slaves, as in Codis.
-//! - The slot state machine with a background executor every [`DoubleOptions::tick`]: one state per tick, in-progress
-//!   actions first, then pending ones by index, a group in at most one migration at a time, pushes of every
-//!   transition to every registered proxy (a dead proxy stalls the slot in `preparing`).
-//! - Stats refreshed in the background (INFO of every server, stats of every proxy, with `error`/`timeout` entries).
-//! - The rebalance planner, removal rules, promote rules and `out_of_sync` of reference §7–§10.
+//! - Every route of reference §3 except the sentinel routes, with Codis's conventions (martini routing, `"OK"`,
+//!   HTTP 800 `{"Cause", "Stack"}` errors with the recorded causes, checked in Codis's order, xauth first).
+//! - Groups, servers, sync actions and promotes against **real** backends (`SLAVEOF` inside `MULTI` with
+//!   `CONFIG SET masterauth`, `CONFIG REWRITE`, `CLIENT KILL TYPE normal`, as Codis sends it).
+//! - The slot executor in rounds, as `ProcessSlotAction` runs them (see the `executor` module), with real key movement:
+//!   each batch moves up to 500 keys of the slot from the source master to the target master
+//!   (`SLOTSMGRTTAGSLOT-ASYNC` emulated with `MIGRATE ... KEYS` over a per-slot key index, see the `slotkeys` module),
+//!   `slot_action.executor` counts batches on the wire, `interval` is slept between batches, and `group/promote`
+//!   is refused with `slots-migration is running = N` while a batch runs.
+//! - `group/add` checks the server with `SLOTSINFO`, computed by the double for redis-server stand-ins.
+//! - A restart ([`CodisDouble::pause`] + [`CodisDouble::resume`], or [`CodisDouble::restart`]) keeps the model (the
+//!   coordinator) and loses what Codis keeps in memory: `slot_action` (interval, disabled, progress), stats.
+//! - Stats refreshed in the background over pooled connections (so a `CLIENT KILL` shows as `EOF` once, as in
+//!   Codis), the rebalance planner, removal rules, promote rules and `out_of_sync` of reference §7–§10.
 //! - Pika fork mode (§14): extra GroupServer fields filled by a health loop, automatic failover of a dead master,
 //!   `SLAVEOF h p -f` sync actions that real backends reject.
-//! - Fault injection: failed or slow or dropped requests, migration errors, a dashboard restart, a stuck promote.
+//! - Fault injection and test knobs: failed, slow or dropped requests; migration errors; holds at a precise point
+//!   of a migration; a slot whose keys are deleted instead of moved; a stuck promote.
+//!
+//! Every Codis delay is scaled by one factor, `tick / 1 s` ([`DoubleOptions::tick`], 10 ms by default: 1/100).
 //!
 //! # What it does not model
-//! - **No key moves.** Migrations only walk the state machine; redis-server has no `SLOTSMGRTTAGSLOT`, and the
-//!   double never sends it. Keys stay where they were written.
-//! - No `SLOTSINFO`: `group/add` checks a server with `PING` instead (redis-server lacks the Codis commands).
-//! - No coordinator (etcd/zookeeper): state lives in memory; [`CodisDouble::pause`] keeps it, like a dashboard
-//!   restart over a persistent coordinator; `reload` is a no-op.
-//! - Proxies are [`crate::proxy::ProxyDouble`]s (no data path); sentinel routes are 404 (as in the fork).
-//! - Timings are scaled: the executor runs every `tick` (Codis: 1 s), a failed push is retried next tick (Codis:
-//!   ~6 s), a migration batch is instantaneous (so `executor` is always 0 and `slots-migration is running` never
-//!   happens), `slot_action.interval` is stored but does not slow anything.
-//! - Within one tick each slot step is independent: a failed push does not abort the other slots of the round.
-//! - `replica_groups` priorities compare host strings instead of resolved IPs.
+//! See the crate's README for the exact list: no coordinator (memory only), no sentinels, only database 0 is
+//! migrated, keys written straight to a backend (not through a proxy) after the double last scanned it are not
+//! migrated, `replica_groups` priorities compare host strings instead of resolved IPs.
 
 mod api;
 mod executor;
 pub mod model;
 mod proxy_client;
 mod rebalance;
-mod resp;
+pub(crate) mod resp;
+pub mod slothash;
+pub(crate) mod slotkeys;
 mod state;
 mod stats;
 pub(crate) mod wire;
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -54,14 +54,15 @@ use axum::http::Request;
 use tower::ServiceExt;
 
 pub use model::{
-    ErrorBody, Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStats, ProxyStatsEntry,
-    ServerAction, ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping,
-    SlotState, TopomModel,
+    ErrorBody, Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStats, ProxyStatsEntry, ServerAction,
+    ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState, TopomModel,
 };
+pub use state::{MigrationHold, Mutation};
 pub use wire::{proxy_xauth, xauth};
 
 use crate::httpd::{Dropped, Handler, Listener, Runtime};
-use state::{State, Topo};
+use resp::Conn;
+use state::{KeyFault, State, Topo};
 
 /// How to start a [`CodisDouble`].
 #[derive(Clone, Debug)]
@@ -76,7 +77,8 @@ pub struct DoubleOptions {
     pub overrides: BTreeMap<String, String>,
     /// `product_auth`: sent as `AUTH` and `masterauth` to backends, part of the proxy xauth.
     pub password: Option<String>,
-    /// Executor period (slot and sync actions). Default 10 ms; Codis: 1 s.
+    /// What Codis's 1 s becomes: every Codis delay is scaled by `tick / 1 s` (the executors' 1 s sleeps, the 10 ms
+    /// between rounds, the 5 s after an error, `slot_action.interval`). Default 10 ms (1/100).
     pub tick: Duration,
     /// Pika fork mode (reference §14).
     pub fork: bool,
@@ -97,6 +99,13 @@ pub struct DoubleOptions {
     pub migration_parallel_slots: usize,
     /// `semi-async` (default) or `sync`: the slots' `forward_method`.
     pub migration_method: String,
+    /// The backends are redis-servers standing in for codis-server (default): the double computes what
+    /// `SLOTSINFO` and `SLOTSMGRTTAGSLOT-ASYNC` would do itself. `false` sends those commands as Codis does (a real
+    /// codis-server or Pika; redis-server then refuses `group/add` with its unknown-command error).
+    pub redis_stand_ins: bool,
+    /// A planted defect, for the conformance test's proof that it catches one. Never set it elsewhere.
+    #[doc(hidden)]
+    pub mutation: Option<Mutation>,
 }
 
 impl Default for DoubleOptions {
@@ -116,6 +125,8 @@ impl Default for DoubleOptions {
             dead_checks: 10,
             migration_parallel_slots: 100,
             migration_method: "semi-async".into(),
+            redis_stand_ins: true,
+            mutation: None,
         }
     }
 }
@@ -172,6 +183,20 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    fn of(st: &State) -> Self {
+        let mut proxies: Vec<Proxy> = st.topo.proxies.values().cloned().collect();
+        proxies.sort_by_key(|p| p.id);
+        Self {
+            groups: st.topo.groups.values().cloned().collect(),
+            slots: st.topo.slots.clone(),
+            proxies,
+            slot_action: st.mem.slot_action.clone(),
+            server_stats: st.mem.server_stats.clone(),
+            proxy_stats: st.mem.proxy_stats.clone(),
+            refreshes: st.refreshes,
+        }
+    }
+
     /// The group with this id.
     #[must_use]
     pub fn group(&self, gid: u32) -> Option<&Group> {
@@ -187,9 +212,7 @@ impl Snapshot {
     /// The group holding `addr` and the server entry.
     #[must_use]
     pub fn server(&self, addr: &str) -> Option<(&Group, &GroupServer)> {
-        self.groups
-            .iter()
-            .find_map(|g| g.servers.iter().find(|s| s.server == addr).map(|s| (g, s)))
+        self.groups.iter().find_map(|g| g.servers.iter().find(|s| s.server == addr).map(|s| (g, s)))
     }
 
     /// Number of slots whose `group_id` is `gid`.
@@ -201,10 +224,7 @@ impl Snapshot {
     /// Slots with any action (pending included).
     #[must_use]
     pub fn with_action(&self) -> Vec<&SlotMapping> {
-        self.slots
-            .iter()
-            .filter(|m| !m.action.state.is_nothing())
-            .collect()
+        self.slots.iter().filter(|m| !m.action.state.is_nothing()).collect()
     }
 }
 
@@ -269,13 +289,64 @@ impl std::fmt::Display for DoubleError {
 
 impl std::error::Error for DoubleError {}
 
+/// A projection of the double's state recorded at every change (see [`CodisDouble::start_trace`]).
+type Projection = Box<dyn Fn(&Snapshot) -> serde_json::Value + Send>;
+
+struct Trace {
+    projection: Projection,
+    started: Instant,
+    log: Vec<(Duration, serde_json::Value)>,
+}
+
+/// The state lock; on release, a running trace records the projection if it changed.
+pub(crate) struct StateGuard<'a> {
+    guard: MutexGuard<'a, State>,
+    trace: &'a Mutex<Option<Trace>>,
+    tracing: &'a AtomicBool,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if !self.tracing.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut trace = self.trace.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = trace.as_mut() {
+            let value = (t.projection)(&Snapshot::of(&self.guard));
+            if t.log.last().map(|(_, v)| v) != Some(&value) {
+                let at = t.started.elapsed();
+                t.log.push((at, value));
+            }
+        }
+    }
+}
+
 /// What the HTTP handlers, the executors and the handle share.
 pub(crate) struct Shared {
     pub(crate) opts: DoubleOptions,
     pub(crate) xauth: String,
-    pub(crate) topom: TopomModel,
+    /// The dashboard's own model; a restart gives it a new token and start time.
+    pub(crate) topom: Mutex<TopomModel>,
     overrides: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
+    trace: Mutex<Option<Trace>>,
+    tracing: AtomicBool,
+    /// Pooled connections, as Codis pools them: the migration executor's and the stats loop's, by real address.
+    action_pool: Mutex<HashMap<String, Vec<Conn>>>,
+    pub(crate) stats_pool: Mutex<HashMap<String, Vec<Conn>>>,
     /// Serialises mutations and executor steps, I/O included, like Codis's topom mutex.
     pub(crate) op: tokio::sync::Mutex<()>,
     faults: Mutex<Vec<FaultRule>>,
@@ -287,32 +358,66 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn state(&self) -> StateGuard<'_> {
+        StateGuard {
+            guard: self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            trace: &self.trace,
+            tracing: &self.tracing,
+        }
+    }
+
+    /// A Codis delay in the double's time: `codis × tick / 1 s`.
+    pub(crate) fn scaled(&self, codis: Duration) -> Duration {
+        codis.mul_f64(self.opts.tick.as_secs_f64())
+    }
+
+    /// Sleeps a scaled Codis delay; below the timer's 1 ms resolution it only yields, so a 10 ms pause scaled to
+    /// 0.1 ms does not become a whole millisecond.
+    pub(crate) async fn pause_for(&self, codis: Duration) {
+        let d = self.scaled(codis);
+        if d < Duration::from_millis(1) {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(d).await;
+        }
+    }
+
+    /// The process of `generation` is running: not paused and not restarted since.
+    pub(crate) fn is_online(&self, generation: u64) -> bool {
+        !self.is_paused() && self.state().generation == generation
+    }
+
+    /// A pooled connection of the migration executor to `real`, or a new one.
+    pub(crate) async fn action_conn(&self, real: &str) -> Result<Conn, String> {
+        let pooled = {
+            let mut pool = self.action_pool.lock().unwrap_or_else(PoisonError::into_inner);
+            pool.get_mut(real).and_then(Vec::pop)
+        };
+        match pooled {
+            // The server killed it while idle (a SLAVEOF with CLIENT KILL): the batch fails with EOF, as in Codis.
+            Some(c) if c.peer_closed() => Err("EOF".into()),
+            Some(c) => Ok(c),
+            // Codis's migration pool uses `migration_timeout` (30 s) for every call.
+            None => Conn::dial(real, self.password(), Duration::from_secs(30)).await,
+        }
+    }
+
+    /// Gives a connection that worked back to the migration pool.
+    pub(crate) fn return_action_conn(&self, real: &str, conn: Conn) {
+        let mut pool = self.action_pool.lock().unwrap_or_else(PoisonError::into_inner);
+        pool.entry(real.to_owned()).or_default().push(conn);
     }
 
     /// The real address to dial for a registered server or proxy admin address.
     pub(crate) fn dial_target(&self, addr: &str) -> String {
-        let overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        overrides
-            .get(addr)
-            .cloned()
-            .unwrap_or_else(|| addr.to_owned())
+        let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
+        overrides.get(addr).cloned().unwrap_or_else(|| addr.to_owned())
     }
 
     /// The registered spelling of a real address, if an override maps to it.
     pub(crate) fn registered_name(&self, real: &str) -> Option<String> {
-        let overrides = self
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        overrides
-            .iter()
-            .find(|(_, r)| r.as_str() == real)
-            .map(|(k, _)| k.clone())
+        let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
+        overrides.iter().find(|(_, r)| r.as_str() == real).map(|(k, _)| k.clone())
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
@@ -338,9 +443,8 @@ impl Shared {
 
     fn take_fault(&self, path: &str) -> Option<Fault> {
         let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
-        let rule = faults
-            .iter_mut()
-            .find(|r| r.remaining > 0 && r.prefix.as_deref().is_none_or(|p| path.starts_with(p)))?;
+        let rule =
+            faults.iter_mut().find(|r| r.remaining > 0 && r.prefix.as_deref().is_none_or(|p| path.starts_with(p)))?;
         rule.remaining -= 1;
         let fault = rule.fault.clone();
         faults.retain(|r| r.remaining > 0);
@@ -350,11 +454,7 @@ impl Shared {
     fn record(&self, method: &str, path: &str, status: u16) {
         let path = path.replace(&self.xauth, "{xauth}");
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        log.push(RequestRecord {
-            method: method.to_owned(),
-            path,
-            status,
-        });
+        log.push(RequestRecord { method: method.to_owned(), path, status });
     }
 }
 
@@ -368,10 +468,7 @@ pub struct CodisDouble {
 
 impl std::fmt::Debug for CodisDouble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CodisDouble")
-            .field("addr", &self.addr())
-            .field("product", &self.shared.opts.product)
-            .finish()
+        f.debug_struct("CodisDouble").field("addr", &self.addr()).field("product", &self.shared.opts.product).finish()
     }
 }
 
@@ -390,40 +487,37 @@ impl CodisDouble {
     /// # Errors
     /// When the address cannot be bound or the thread cannot be started.
     pub fn try_start(opts: DoubleOptions) -> std::io::Result<Self> {
-        let std_listener = std::net::TcpListener::bind(
-            opts.listen
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-        )?;
+        let std_listener =
+            std::net::TcpListener::bind(opts.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))))?;
         let addr = std_listener.local_addr()?.to_string();
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(opts.proxy_timeout)
             .connect_timeout(opts.proxy_timeout)
-            // Proxy doubles are stopped and restarted by tests: pooled connections would fail spuriously.
-            .pool_max_idle_per_host(0)
+            // Kept alive like Go's default transport (two idle connections per host), which Codis's API client uses.
+            .pool_max_idle_per_host(2)
             .build()
             .map_err(std::io::Error::other)?;
+        let mut topo = Topo::new(opts.max_slot_num, opts.fork, u32::from(opts.migration_method != "sync"));
+        topo.mutation = opts.mutation;
         let topom = TopomModel {
             token: wire::token(&format!("dashboard/{}/{addr}", opts.product)),
             start_time: wire::go_time_now(),
             admin_addr: addr,
             product_name: opts.product.clone(),
             pid: std::process::id(),
-            pwd: std::env::current_dir()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            pwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
             sys: "testbed codis dashboard double".into(),
         };
-        let forward_method = u32::from(opts.migration_method != "sync");
         let shared = Arc::new(Shared {
             xauth: wire::xauth(&opts.product),
-            topom,
+            topom: Mutex::new(topom),
             overrides: Mutex::new(opts.overrides.clone()),
-            state: Mutex::new(State::new(Topo::new(
-                opts.max_slot_num,
-                opts.fork,
-                forward_method,
-            ))),
+            state: Mutex::new(State::new(topo)),
+            trace: Mutex::new(None),
+            tracing: AtomicBool::new(false),
+            action_pool: Mutex::new(HashMap::new()),
+            stats_pool: Mutex::new(HashMap::new()),
             op: tokio::sync::Mutex::new(()),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -433,9 +527,7 @@ impl CodisDouble {
             opts,
         });
         let rt = Runtime::start("codis-double")?;
-        let router = axum::Router::new()
-            .fallback(api::dispatch)
-            .with_state(shared.clone());
+        let router = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
         let handler_shared = shared.clone();
         let handler: Handler = Arc::new(move |req: Request<Body>| {
             let router = router.clone();
@@ -462,13 +554,10 @@ impl CodisDouble {
         });
         let listener = Arc::new(Listener::start(rt.handle(), std_listener, handler)?);
         let _ = shared.listener.set(Arc::downgrade(&listener));
-        rt.handle().spawn(executor::run(shared.clone()));
+        rt.handle().spawn(executor::run_slots(shared.clone()));
+        rt.handle().spawn(executor::run_syncs(shared.clone()));
         rt.handle().spawn(stats::run(shared.clone()));
-        Ok(Self {
-            shared,
-            listener,
-            _rt: rt,
-        })
+        Ok(Self { shared, listener, _rt: rt })
     }
 
     /// `127.0.0.1:<port>`.
@@ -503,11 +592,7 @@ impl CodisDouble {
 
     /// Maps a registered address to a real one from now on (e.g. a pod added after start).
     pub fn set_override(&self, registered: &str, real: &str) {
-        let mut overrides = self
-            .shared
-            .overrides
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut overrides = self.shared.overrides.lock().unwrap_or_else(PoisonError::into_inner);
         overrides.insert(registered.to_owned(), real.to_owned());
     }
 
@@ -524,37 +609,51 @@ impl CodisDouble {
         let path = path.replace("{xauth}", &self.shared.xauth);
         match crate::httpd::blocking_request(&self.addr(), method, &path, body) {
             Ok((status, body)) => HttpReply { status, body },
-            Err(e) => HttpReply {
-                status: 0,
-                body: e.to_string(),
-            },
+            Err(e) => HttpReply { status: 0, body: e.to_string() },
         }
     }
 
     /// The current model and stats as typed values.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
-        let st = self.shared.state();
-        let mut proxies: Vec<Proxy> = st.topo.proxies.values().cloned().collect();
-        proxies.sort_by_key(|p| p.id);
-        Snapshot {
-            groups: st.topo.groups.values().cloned().collect(),
-            slots: st.topo.slots.clone(),
-            proxies,
-            slot_action: st.slot_action.clone(),
-            server_stats: st.server_stats.clone(),
-            proxy_stats: st.proxy_stats.clone(),
-            refreshes: st.refreshes,
-        }
+        Snapshot::of(&self.shared.state())
+    }
+
+    /// The real address the double dials for a registered server or proxy admin address (the override, or the
+    /// address itself).
+    #[must_use]
+    pub fn real_addr(&self, registered: &str) -> String {
+        self.shared.dial_target(registered)
+    }
+
+    /// The current override map (registered → real).
+    #[must_use]
+    pub fn overrides(&self) -> BTreeMap<String, String> {
+        self.shared.overrides.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Starts recording `projection` of the state at every change (consecutive equal values collapse), with the
+    /// time since this call; replaces a running trace. For checking the order of states against a recording.
+    pub fn start_trace(&self, projection: impl Fn(&Snapshot) -> serde_json::Value + Send + 'static) {
+        let first = projection(&self.snapshot());
+        let mut trace = self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner);
+        *trace = Some(Trace {
+            projection: Box::new(projection),
+            started: Instant::now(),
+            log: vec![(Duration::ZERO, first)],
+        });
+        self.shared.tracing.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops the trace and returns what it recorded.
+    pub fn take_trace(&self) -> Vec<(Duration, serde_json::Value)> {
+        self.shared.tracing.store(false, Ordering::SeqCst);
+        self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner).take().map(|t| t.log).unwrap_or_default()
     }
 
     /// Polls [`CodisDouble::snapshot`] every few milliseconds until `ready` holds; the matching snapshot, or `None`
     /// after `timeout`.
-    pub fn wait_for(
-        &self,
-        timeout: Duration,
-        mut ready: impl FnMut(&Snapshot) -> bool,
-    ) -> Option<Snapshot> {
+    pub fn wait_for(&self, timeout: Duration, mut ready: impl FnMut(&Snapshot) -> bool) -> Option<Snapshot> {
         let deadline = Instant::now() + timeout;
         loop {
             let snap = self.snapshot();
@@ -578,20 +677,12 @@ impl CodisDouble {
     /// Every request received so far.
     #[must_use]
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.log.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Forgets the request log.
     pub fn clear_requests(&self) {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.log.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// The next `n` requests (any path) fail with `fault`.
@@ -602,44 +693,26 @@ impl CodisDouble {
     /// The next `n` requests whose path starts with `prefix` fail with `fault`; `{xauth}` may be written out, e.g.
     /// `/api/topom/group/promote/` or `/api/topom/group/promote/{xauth}/2/`.
     pub fn fail_next_on(&self, prefix: &str, n: usize, fault: Fault) {
-        self.push_fault(
-            Some(prefix.replace("{xauth}", &self.shared.xauth)),
-            n,
-            fault,
-        );
+        self.push_fault(Some(prefix.replace("{xauth}", &self.shared.xauth)), n, fault);
     }
 
     fn push_fault(&self, prefix: Option<String>, n: usize, fault: Fault) {
         if n > 0 {
-            let mut faults = self
-                .shared
-                .faults
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            faults.push(FaultRule {
-                prefix,
-                remaining: n,
-                fault,
-            });
+            let mut faults = self.shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+            faults.push(FaultRule { prefix, remaining: n, fault });
         }
     }
 
     /// Drops every pending fault.
     pub fn clear_faults(&self) {
-        self.shared
-            .faults
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.faults.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
-    /// Makes every migration batch of `slot` fail with `text` (`[ERROR] Slot[NNNN]: <text>`, slot stays
-    /// `migrating`) until [`CodisDouble::clear_slot_error`].
+    /// Makes every migration batch of `slot` fail with `text`, as a codis-server error reply would: the slot ends
+    /// its round with `[ERROR] Slot[NNNN]: <text>` and stays `migrating`, the executor sleeps 5 s + 1 s (scaled) and
+    /// tries again, until [`CodisDouble::clear_slot_error`].
     pub fn set_slot_error(&self, slot: usize, text: &str) {
-        self.shared
-            .state()
-            .slot_errors
-            .insert(slot, text.to_owned());
+        self.shared.state().slot_errors.insert(slot, text.to_owned());
     }
 
     /// Lets `slot` migrate again.
@@ -647,34 +720,94 @@ impl CodisDouble {
         self.shared.state().slot_errors.remove(&slot);
     }
 
-    /// How many executor ticks `slot` spends in `migrating` (default 1); takes effect on a slot already migrating.
+    /// Stretches `slot`'s migration over at least `ticks` batches of one tick each on the wire (default 1: as many
+    /// batches as its keys need, at their real speed), like a slot with many keys; takes effect on a slot already
+    /// migrating. While such a batch runs, `slot_action.executor` is 1 and promotes are refused.
     pub fn set_migration_ticks(&self, slot: usize, ticks: u32) {
-        self.shared
-            .state()
-            .migration_ticks
-            .insert(slot, ticks.max(1));
+        self.shared.state().migration_ticks.insert(slot, ticks.max(1));
     }
 
-    /// Migrating ticks for every slot without its own setting.
+    /// [`CodisDouble::set_migration_ticks`] for every slot without its own setting.
     pub fn set_default_migration_ticks(&self, ticks: u32) {
         self.shared.state().default_migration_ticks = ticks.max(1);
     }
 
-    /// A dashboard restart, first half: closes the port (connections refused) and idles the executors; all state
-    /// is kept, as Codis keeps it in its coordinator.
+    /// A dashboard restart, first half: the process is gone (port closed, connections refused, executors stop
+    /// after the batch on the wire).
     pub fn pause(&self) {
         self.shared.paused.store(true, Ordering::SeqCst);
         self.listener.pause(true);
     }
 
-    /// Second half: serves again on the same port and resumes the executors.
+    /// Second half: a new dashboard process on the same port. The model is kept (Codis keeps it in its
+    /// coordinator); what Codis keeps in memory is lost: `slot_action` (interval 0, enabled, no progress), stats,
+    /// pooled connections; the dashboard gets a new token and start time. Executors resume from the stored states.
     ///
     /// # Errors
     /// When the port cannot be bound again.
     pub fn resume(&self) -> std::io::Result<()> {
+        self.shared.state().restart();
+        {
+            let mut topom = self.shared.topom.lock().unwrap_or_else(PoisonError::into_inner);
+            topom.token = wire::token(&format!("dashboard/{}/{}", self.shared.opts.product, topom.admin_addr));
+            topom.start_time = wire::go_time_now();
+        }
+        self.shared.action_pool.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.shared.stats_pool.lock().unwrap_or_else(PoisonError::into_inner).clear();
         self.listener.resume()?;
         self.shared.paused.store(false, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// [`CodisDouble::pause`] then [`CodisDouble::resume`].
+    ///
+    /// # Errors
+    /// When the port cannot be bound again.
+    pub fn restart(&self) -> std::io::Result<()> {
+        self.pause();
+        self.resume()
+    }
+
+    /// Holds `slot`'s migration at `at` until [`CodisDouble::release_migration`]: the round it is in waits too.
+    /// Reproduces an instant of a recording deterministically (between two batches, or with a batch on the wire).
+    pub fn hold_migration(&self, slot: usize, at: MigrationHold) {
+        let mut st = self.shared.state();
+        // Not at the new hold until the executor gets there.
+        st.held.remove(&slot);
+        st.holds.insert(slot, at);
+    }
+
+    /// Lets a held migration go on.
+    pub fn release_migration(&self, slot: usize) {
+        self.shared.state().holds.remove(&slot);
+    }
+
+    /// Whether `slot`'s migration is waiting at its hold now.
+    #[must_use]
+    pub fn is_migration_held(&self, slot: usize) -> bool {
+        self.shared.state().held.contains(&slot)
+    }
+
+    /// Makes every migration batch of `slot` delete its keys on the source instead of moving them (a data-losing
+    /// defect, to prove a verifier notices), until [`CodisDouble::clear_key_faults`].
+    pub fn drop_keys_of(&self, slot: usize) {
+        self.shared.state().key_faults.insert(slot, KeyFault::Delete);
+    }
+
+    /// Migrations move keys again.
+    pub fn clear_key_faults(&self) {
+        self.shared.state().key_faults.clear();
+    }
+
+    /// Keeps the sync-action executor from taking its next turn while `held` (as when a request lands within the
+    /// 1 s it sleeps between turns).
+    pub fn hold_sync_actions(&self, held: bool) {
+        self.shared.state().sync_held = held;
+    }
+
+    /// Keeps the stats loop from refreshing while `held` (as between two of Codis's once-a-second refreshes).
+    pub fn hold_stats(&self, held: bool) {
+        self.shared.state().stats_held = held;
     }
 
     /// Whether the port is closed (paused or shut down through the API).
@@ -690,22 +823,12 @@ impl CodisDouble {
     /// When the group or the server does not exist, or `addr` is the master.
     pub fn promote_in_progress(&self, gid: u32, addr: &str) -> Result<(), DoubleError> {
         let mut st = self.shared.state();
-        let g = st
-            .topo
-            .groups
-            .get_mut(&gid)
-            .ok_or(DoubleError::NoGroup(gid))?;
-        let index = g.index_of(addr).ok_or_else(|| DoubleError::NoServer {
-            gid,
-            addr: addr.to_owned(),
-        })?;
+        let g = st.topo.groups.get_mut(&gid).ok_or(DoubleError::NoGroup(gid))?;
+        let index = g.index_of(addr).ok_or_else(|| DoubleError::NoServer { gid, addr: addr.to_owned() })?;
         if index == 0 {
             return Err(DoubleError::IsMaster { gid });
         }
-        g.promoting = Promoting {
-            index: u32::try_from(index).unwrap_or(u32::MAX),
-            state: PromotingState::Preparing,
-        };
+        g.promoting = Promoting { index: u32::try_from(index).unwrap_or(u32::MAX), state: PromotingState::Preparing };
         Ok(())
     }
 }

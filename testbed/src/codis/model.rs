@@ -172,9 +172,7 @@ impl Group {
 }
 
 /// State of a slot action (reference §6).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlotState {
     /// No action (`{}` on the wire).
@@ -187,7 +185,7 @@ pub enum SlotState {
     Preparing,
     /// Pushed locked to every proxy.
     Prepared,
-    /// Keys are (notionally) moving.
+    /// Keys are moving, batch by batch.
     Migrating,
     /// Moved, not yet pushed to the proxies.
     Finished,
@@ -503,7 +501,7 @@ pub struct SlotActionStats {
     pub disabled: bool,
     /// `{"status": "..."}`.
     pub progress: SlotActionProgress,
-    /// Batches on the wire (always 0 in the double: a batch is instantaneous).
+    /// Migration batches on the wire now (the promote refusal reads it); memory only.
     pub executor: i64,
 }
 

@@ -14,13 +14,13 @@ pub(crate) struct ProxyClient {
     xauth: String,
 }
 
-fn transport_error(target: &str, e: &reqwest::Error) -> String {
-    if e.is_timeout() {
+/// Go's `net/http` client error text: `Get "http://...": dial tcp ...: connect: connection refused`.
+fn transport_error(method: &str, url: &str, target: &str, e: &reqwest::Error) -> String {
+    let inner = if e.is_timeout() {
         format!("dial tcp {target}: i/o timeout")
     } else if e.is_connect() {
         format!("dial tcp {target}: connect: connection refused")
     } else {
-        // The URL would carry the xauth: keep it out of messages.
         let mut text = String::new();
         let mut cur: Option<&dyn std::error::Error> = Some(e);
         while let Some(err) = cur {
@@ -28,40 +28,31 @@ fn transport_error(target: &str, e: &reqwest::Error) -> String {
             cur = err.source();
         }
         text
-    }
+    };
+    format!("{method} \"{url}\": {inner}")
 }
 
 async fn decode<T: DeserializeOwned>(
+    method: &str,
+    url: &str,
     target: &str,
     resp: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, String> {
-    let resp = resp.map_err(|e| transport_error(target, &e))?;
+    let resp = resp.map_err(|e| transport_error(method, url, target, &e))?;
     let status = resp.status().as_u16();
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| transport_error(target, &e))?;
+    let body = resp.bytes().await.map_err(|e| transport_error(method, url, target, &e))?;
     if status == 200 {
         return serde_json::from_slice(&body).map_err(|e| format!("json decode failed: {e}"));
     }
     let cause = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("Cause").and_then(|c| c.as_str()).map(str::to_owned));
-    Err(cause.unwrap_or_else(|| {
-        format!(
-            "http status {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        )
-    }))
+    Err(cause.unwrap_or_else(|| format!("http status {status}: {}", String::from_utf8_lossy(&body).trim())))
 }
 
 impl ProxyClient {
     pub(crate) fn new(http: &reqwest::Client, target: &str, xauth: &str) -> Self {
-        Self {
-            http: http.clone(),
-            target: target.to_owned(),
-            xauth: xauth.to_owned(),
-        }
+        Self { http: http.clone(), target: target.to_owned(), xauth: xauth.to_owned() }
     }
 
     fn url(&self, path: &str) -> String {
@@ -70,23 +61,17 @@ impl ProxyClient {
 
     /// `GET /api/proxy/model` (no auth).
     pub(crate) async fn model(http: &reqwest::Client, target: &str) -> Result<Proxy, String> {
-        decode(
-            target,
-            http.get(format!("http://{target}/api/proxy/model"))
-                .send()
-                .await,
-        )
-        .await
+        let url = format!("http://{target}/api/proxy/model");
+        decode("Get", &url, target, http.get(&url).send().await).await
     }
 
     async fn put_ok(&self, path: &str, body: Option<String>) -> Result<(), String> {
-        let mut req = self.http.put(self.url(&format!("{path}/{}", self.xauth)));
+        let url = self.url(&format!("{path}/{}", self.xauth));
+        let mut req = self.http.put(&url);
         if let Some(b) = body {
-            req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(b);
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
-        let reply: String = decode(&self.target, req.send().await).await?;
+        let reply: String = decode("Put", &url, &self.target, req.send().await).await?;
         if reply == "OK" {
             Ok(())
         } else {
@@ -96,14 +81,8 @@ impl ProxyClient {
 
     /// `GET /api/proxy/xping/{pxauth}`.
     pub(crate) async fn xping(&self) -> Result<(), String> {
-        let reply: String = decode(
-            &self.target,
-            self.http
-                .get(self.url(&format!("/api/proxy/xping/{}", self.xauth)))
-                .send()
-                .await,
-        )
-        .await?;
+        let url = self.url(&format!("/api/proxy/xping/{}", self.xauth));
+        let reply: String = decode("Get", &url, &self.target, self.http.get(&url).send().await).await?;
         if reply == "OK" {
             Ok(())
         } else {
@@ -124,11 +103,7 @@ impl ProxyClient {
 
     /// `PUT /api/proxy/sentinels/{pxauth}` (upstream only; the double has no sentinels).
     pub(crate) async fn set_sentinels(&self) -> Result<(), String> {
-        self.put_ok(
-            "/api/proxy/sentinels",
-            Some("{\"out_of_sync\":false}".into()),
-        )
-        .await
+        self.put_ok("/api/proxy/sentinels", Some("{\"out_of_sync\":false}".into())).await
     }
 
     /// `PUT /api/proxy/shutdown/{pxauth}`.
@@ -138,13 +113,7 @@ impl ProxyClient {
 
     /// `GET /api/proxy/stats/{pxauth}`.
     pub(crate) async fn stats(&self) -> Result<ProxyStats, String> {
-        decode(
-            &self.target,
-            self.http
-                .get(self.url(&format!("/api/proxy/stats/{}", self.xauth)))
-                .send()
-                .await,
-        )
-        .await
+        let url = self.url(&format!("/api/proxy/stats/{}", self.xauth));
+        decode("Get", &url, &self.target, self.http.get(&url).send().await).await
     }
 }

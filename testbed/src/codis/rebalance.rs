@@ -9,12 +9,7 @@ use super::model::SlotMapping;
 /// Plans `slot id -> target gid` for `groups` (the gids that have at least one server). `None` when `groups` is
 /// empty (`no valid group could be found`).
 pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usize, u32>> {
-    let gids: Vec<u32> = groups
-        .iter()
-        .copied()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let gids: Vec<u32> = groups.iter().copied().collect::<BTreeSet<_>>().into_iter().collect();
     if gids.is_empty() {
         return None;
     }
@@ -24,14 +19,9 @@ pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usi
     let mut pendings: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut moveout: HashMap<u32, i64> = HashMap::new();
     let mut docking: Vec<usize> = Vec::new();
-    let size = |assigned: &HashMap<u32, i64>,
-                pendings: &HashMap<u32, Vec<usize>>,
-                moveout: &HashMap<u32, i64>,
-                g| {
+    let size = |assigned: &HashMap<u32, i64>, pendings: &HashMap<u32, Vec<usize>>, moveout: &HashMap<u32, i64>, g| {
         assigned.get(&g).copied().unwrap_or(0)
-            + pendings
-                .get(&g)
-                .map_or(0, |p| i64::try_from(p.len()).unwrap_or(i64::MAX))
+            + pendings.get(&g).map_or(0, |p| i64::try_from(p.len()).unwrap_or(i64::MAX))
             - moveout.get(&g).copied().unwrap_or(0)
     };
 
@@ -41,10 +31,7 @@ pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usi
     }
     let lower = n / count;
     // An owner below the lower bound keeps its slots; above it, its slots (in id order) become movable.
-    for m in slots
-        .iter()
-        .filter(|m| m.action.state.is_nothing() && m.group_id != 0)
-    {
+    for m in slots.iter().filter(|m| m.action.state.is_nothing() && m.group_id != 0) {
         if size(&assigned, &pendings, &moveout, m.group_id) < lower {
             *assigned.entry(m.group_id).or_default() += 1;
         } else {
@@ -52,14 +39,8 @@ pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usi
         }
     }
     // Ordered by (size, gid), like Codis's red-black tree; an entry is removed before its size changes.
-    let mut tree: BTreeSet<(i64, u32)> = gids
-        .iter()
-        .map(|&g| (size(&assigned, &pendings, &moveout, g), g))
-        .collect();
-    for m in slots
-        .iter()
-        .filter(|m| m.action.state.is_nothing() && m.group_id == 0)
-    {
+    let mut tree: BTreeSet<(i64, u32)> = gids.iter().map(|&g| (size(&assigned, &pendings, &moveout, g), g)).collect();
+    for m in slots.iter().filter(|m| m.action.state.is_nothing() && m.group_id == 0) {
         let Some(&(s, dest)) = tree.iter().next() else {
             break;
         };
@@ -74,9 +55,7 @@ pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usi
             break;
         };
         tree.remove(&(fs_key, from));
-        let movable = pendings
-            .get(&from)
-            .map_or(0, |p| i64::try_from(p.len()).unwrap_or(i64::MAX));
+        let movable = pendings.get(&from).map_or(0, |p| i64::try_from(p.len()).unwrap_or(i64::MAX));
         if movable == moveout.get(&from).copied().unwrap_or(0) {
             continue;
         }
@@ -95,11 +74,7 @@ pub(crate) fn plan(slots: &[SlotMapping], groups: &[u32]) -> Option<BTreeMap<usi
         tree.insert((size(&assigned, &pendings, &moveout, dest), dest));
     }
     // Donors give their highest-numbered movable slots.
-    let donors: Vec<(u32, i64)> = moveout
-        .iter()
-        .filter(|(_, &n)| n >= 0)
-        .map(|(&g, &n)| (g, n))
-        .collect();
+    let donors: Vec<(u32, i64)> = moveout.iter().filter(|(_, &n)| n >= 0).map(|(&g, &n)| (g, n)).collect();
     for (gid, out) in donors {
         if out > 0 {
             let mut sids = pendings.remove(&gid).unwrap_or_default();
@@ -129,12 +104,7 @@ mod tests {
     use crate::codis::model::{SlotAction, SlotState};
 
     fn offline(n: usize) -> Vec<SlotMapping> {
-        (0..n)
-            .map(|id| SlotMapping {
-                id,
-                ..SlotMapping::default()
-            })
-            .collect()
+        (0..n).map(|id| SlotMapping { id, ..SlotMapping::default() }).collect()
     }
 
     fn ranges(plan: &BTreeMap<usize, u32>) -> Vec<(usize, usize, u32)> {
@@ -178,10 +148,7 @@ mod tests {
         }
         let plan = plan(&slots, &[1, 2, 3]).unwrap();
         assert_eq!(plan.len(), 4);
-        assert_eq!(
-            plan.values().copied().collect::<BTreeSet<_>>(),
-            BTreeSet::from([3])
-        );
+        assert_eq!(plan.values().copied().collect::<BTreeSet<_>>(), BTreeSet::from([3]));
         assert_eq!(plan.keys().copied().collect::<Vec<_>>(), [4, 5, 10, 11]);
     }
 
@@ -189,11 +156,7 @@ mod tests {
     fn slots_with_an_action_count_for_their_target_and_are_not_replanned() {
         let mut slots = offline(4);
         slots[0].group_id = 1;
-        slots[0].action = SlotAction {
-            index: 1,
-            state: SlotState::Pending,
-            target_id: 2,
-        };
+        slots[0].action = SlotAction { index: 1, state: SlotState::Pending, target_id: 2 };
         let plan = plan(&slots, &[1, 2]).unwrap();
         assert!(!plan.contains_key(&0));
         assert_eq!(plan.values().filter(|&&g| g == 1).count(), 2);

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::model::{
-    Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerAction,
-    ServerActionState, ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState,
+    Group, GroupServer, Promoting, PromotingState, Proxy, ProxyStatsEntry, ServerAction, ServerActionState,
+    ServerStats, Slot, SlotAction, SlotActionStats, SlotMapping, SlotState,
 };
 use super::rebalance;
 use super::wire::ApiError;
@@ -33,18 +33,14 @@ impl AssignItem {
     /// Parses a body the way martini's JSON binding does: anything that is not an array of objects is treated as
     /// empty, and fields of the wrong type read as zero (reference §1: a malformed body still returns `"OK"`).
     pub(crate) fn parse_body(body: &[u8]) -> Vec<Self> {
-        let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(body)
-        else {
+        let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(body) else {
             return Vec::new();
         };
         items
             .iter()
             .map(|v| Self {
                 id: v.get("id").and_then(serde_json::Value::as_i64).unwrap_or(0),
-                group_id: v
-                    .get("group_id")
-                    .and_then(serde_json::Value::as_i64)
-                    .unwrap_or(0),
+                group_id: v.get("group_id").and_then(serde_json::Value::as_i64).unwrap_or(0),
                 action_state: v
                     .get("action")
                     .and_then(|a| a.get("state"))
@@ -66,6 +62,8 @@ pub(crate) struct Topo {
     pub(crate) slots: Vec<SlotMapping>,
     /// By token.
     pub(crate) proxies: BTreeMap<String, Proxy>,
+    /// A planted defect (conformance tests only).
+    pub(crate) mutation: Option<Mutation>,
 }
 
 impl Topo {
@@ -74,13 +72,9 @@ impl Topo {
             fork,
             forward_method,
             groups: BTreeMap::new(),
-            slots: (0..max_slot_num)
-                .map(|id| SlotMapping {
-                    id,
-                    ..SlotMapping::default()
-                })
-                .collect(),
+            slots: (0..max_slot_num).map(|id| SlotMapping { id, ..SlotMapping::default() }).collect(),
             proxies: BTreeMap::new(),
+            mutation: None,
         }
     }
 
@@ -89,20 +83,15 @@ impl Topo {
     }
 
     pub(crate) fn group(&self, gid: i64) -> Result<&Group, ApiError> {
-        Self::gid(gid)
-            .and_then(|g| self.groups.get(&g))
-            .ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
+        Self::gid(gid).and_then(|g| self.groups.get(&g)).ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
     }
 
     fn group_mut(&mut self, gid: i64) -> Result<&mut Group, ApiError> {
-        Self::gid(gid)
-            .and_then(|g| self.groups.get_mut(&g))
-            .ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
+        Self::gid(gid).and_then(|g| self.groups.get_mut(&g)).ok_or_else(|| err(format!("group-[{gid}] doesn't exist")))
     }
 
     pub(crate) fn index_in(g: &Group, addr: &str) -> Result<usize, ApiError> {
-        g.index_of(addr)
-            .ok_or_else(|| err(format!("group-[{}] doesn't have server-[{addr}]", g.id)))
+        g.index_of(addr).ok_or_else(|| err(format!("group-[{}] doesn't have server-[{addr}]", g.id)))
     }
 
     pub(crate) fn group_of_server(&self, addr: &str) -> Result<u32, ApiError> {
@@ -122,36 +111,27 @@ impl Topo {
 
     /// A slot belongs to, or is moving into, the group.
     pub(crate) fn is_group_in_use(&self, gid: u32) -> bool {
-        self.slots
-            .iter()
-            .any(|m| m.group_id == gid || m.action.target_id == gid)
+        self.slots.iter().any(|m| m.group_id == gid || m.action.target_id == gid)
     }
 
     pub(crate) fn max_slot_action_index(&self) -> u32 {
-        self.slots
-            .iter()
-            .filter(|m| !m.action.state.is_nothing())
-            .map(|m| m.action.index)
-            .max()
-            .unwrap_or(0)
+        self.slots.iter().filter(|m| !m.action.state.is_nothing()).map(|m| m.action.index).max().unwrap_or(0)
     }
 
+    /// Among pending sync actions only, as Codis counts.
     fn max_sync_action_index(&self) -> u32 {
         self.groups
             .values()
             .flat_map(|g| &g.servers)
-            .filter(|s| !s.action.state.is_nothing())
+            .filter(|s| s.action.state == ServerActionState::Pending)
             .map(|s| s.action.index)
             .max()
             .unwrap_or(0)
     }
 
     pub(crate) fn new_server(&self, addr: &str, datacenter: &str) -> GroupServer {
-        let mut s = GroupServer {
-            server: addr.to_owned(),
-            datacenter: datacenter.to_owned(),
-            ..GroupServer::default()
-        };
+        let mut s =
+            GroupServer { server: addr.to_owned(), datacenter: datacenter.to_owned(), ..GroupServer::default() };
         if self.fork {
             s.role = Some(String::new());
             s.binlog_file_num = Some(0);
@@ -168,18 +148,11 @@ impl Topo {
         if gid <= 0 || gid > MAX_GROUP_ID {
             return Err(err(format!("invalid group id = {gid}, out of range")));
         }
-        let id =
-            Self::gid(gid).ok_or_else(|| err(format!("invalid group id = {gid}, out of range")))?;
+        let id = Self::gid(gid).ok_or_else(|| err(format!("invalid group id = {gid}, out of range")))?;
         if self.groups.contains_key(&id) {
             return Err(err(format!("group-[{gid}] already exists")));
         }
-        self.groups.insert(
-            id,
-            Group {
-                id,
-                ..Group::default()
-            },
-        );
+        self.groups.insert(id, Group { id, ..Group::default() });
         Ok(())
     }
 
@@ -195,12 +168,7 @@ impl Topo {
     }
 
     /// `group/add` after the dial check.
-    pub(crate) fn group_add_server(
-        &mut self,
-        gid: i64,
-        datacenter: &str,
-        addr: &str,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn group_add_server(&mut self, gid: i64, datacenter: &str, addr: &str) -> Result<(), ApiError> {
         if addr.is_empty() {
             return Err(err("invalid server address".to_owned()));
         }
@@ -224,13 +192,10 @@ impl Topo {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
         if index == 0 && (g.servers.len() != 1 || self.is_group_in_use(g.id)) {
-            return Err(err(format!(
-                "group-[{}] can't remove master, still in use",
-                g.id
-            )));
+            return Err(err(format!("group-[{}] can't remove master, still in use", g.id)));
         }
         let g = self.group_mut(gid)?;
-        if g.servers[index].replica_group {
+        if index != 0 && g.servers[index].replica_group {
             g.out_of_sync = true;
         }
         g.servers.remove(index);
@@ -241,18 +206,13 @@ impl Topo {
     }
 
     /// `group/replica-groups`.
-    pub(crate) fn replica_groups(
-        &mut self,
-        gid: i64,
-        addr: &str,
-        value: bool,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn replica_groups(&mut self, gid: i64, addr: &str, value: bool) -> Result<(), ApiError> {
         let g = self.group(gid)?;
         let index = Self::index_in(g, addr)?;
         if !g.promoting.state.is_nothing() {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
-        let in_use = self.is_group_in_use(g.id);
+        let in_use = g.servers.len() != 1 && self.is_group_in_use(g.id);
         let g = self.group_mut(gid)?;
         if in_use {
             g.out_of_sync = true;
@@ -263,20 +223,16 @@ impl Topo {
 
     /// `group/replica-groups-all`.
     pub(crate) fn replica_groups_all(&mut self, value: bool) -> Result<(), ApiError> {
-        if let Some(g) = self
-            .groups
-            .values()
-            .find(|g| !g.promoting.state.is_nothing())
-        {
+        if let Some(g) = self.groups.values().find(|g| !g.promoting.state.is_nothing()) {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
-        let in_use: BTreeSet<u32> = self
-            .groups
-            .keys()
-            .copied()
-            .filter(|&g| self.is_group_in_use(g))
-            .collect();
+        let in_use: BTreeSet<u32> =
+            self.groups.values().filter(|g| g.servers.len() != 1 && self.is_group_in_use(g.id)).map(|g| g.id).collect();
         for g in self.groups.values_mut() {
+            // Only a group whose flags change is touched.
+            if g.servers.iter().all(|s| s.replica_group == value) {
+                continue;
+            }
             if in_use.contains(&g.id) {
                 g.out_of_sync = true;
             }
@@ -289,10 +245,7 @@ impl Topo {
 
     fn server_mut(&mut self, addr: &str) -> Result<(&mut Group, usize), ApiError> {
         let gid = self.group_of_server(addr)?;
-        let g = self
-            .groups
-            .get_mut(&gid)
-            .ok_or_else(|| err(format!("server-[{addr}] doesn't exist")))?;
+        let g = self.groups.get_mut(&gid).ok_or_else(|| err(format!("server-[{addr}] doesn't exist")))?;
         if !g.promoting.state.is_nothing() {
             return Err(err(format!("group-[{}] is promoting", g.id)));
         }
@@ -308,10 +261,7 @@ impl Topo {
         if action.state == ServerActionState::Pending {
             return Err(err(format!("server-[{addr}] action already exist")));
         }
-        *action = ServerAction {
-            index: next,
-            state: ServerActionState::Pending,
-        };
+        *action = ServerAction { index: next, state: ServerActionState::Pending };
         Ok(())
     }
 
@@ -336,11 +286,7 @@ impl Topo {
 
     fn start_action(&mut self, sid: usize, target: u32) {
         let index = self.max_slot_action_index() + 1;
-        self.slots[sid].action = SlotAction {
-            index,
-            state: SlotState::Pending,
-            target_id: target,
-        };
+        self.slots[sid].action = SlotAction { index, state: SlotState::Pending, target_id: target };
     }
 
     /// `slots/action/create`.
@@ -360,22 +306,16 @@ impl Topo {
 
     /// `slots/action/create-some`: only the destination is checked; up to `num` action-free slots of `src`, in
     /// ascending id order.
-    pub(crate) fn slot_create_some(
-        &mut self,
-        src: i64,
-        dst: i64,
-        num: i64,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn slot_create_some(&mut self, src: i64, dst: i64, num: i64) -> Result<(), ApiError> {
         let target = self.target_group(dst)?;
-        let picked: Vec<usize> = self
-            .slots
-            .iter()
-            .filter(|m| {
-                m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target
-            })
-            .map(|m| m.id)
-            .take(usize::try_from(num).unwrap_or(0))
-            .collect();
+        let eligible =
+            |m: &&SlotMapping| m.action.state.is_nothing() && i64::from(m.group_id) == src && m.group_id != target;
+        let num = usize::try_from(num).unwrap_or(0);
+        let picked: Vec<usize> = if self.mutation == Some(Mutation::CreateSomeTakesHighestSlots) {
+            self.slots.iter().rev().filter(eligible).map(|m| m.id).take(num).collect()
+        } else {
+            self.slots.iter().filter(eligible).map(|m| m.id).take(num).collect()
+        };
         for sid in picked {
             self.start_action(sid, target);
         }
@@ -383,12 +323,7 @@ impl Topo {
     }
 
     /// `slots/action/create-range`: all or nothing.
-    pub(crate) fn slot_create_range(
-        &mut self,
-        beg: i64,
-        end: i64,
-        gid: i64,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn slot_create_range(&mut self, beg: i64, end: i64, gid: i64) -> Result<(), ApiError> {
         let n = i64::try_from(self.slots.len()).unwrap_or(i64::MAX);
         if !(0 <= beg && beg <= end && end < n) {
             return Err(err(format!("invalid slot range [{beg},{end}]")));
@@ -435,10 +370,7 @@ impl Topo {
                 return Err(err(format!("group-[{}] is empty", g.id)));
             }
             if !item.action_state.is_empty() {
-                return Err(err(format!(
-                    "invalid slot-[{}] action = {}",
-                    item.id, item.action_state
-                )));
+                return Err(err(format!("invalid slot-[{}] action = {}", item.id, item.action_state)));
             }
         }
         let mut touched = Vec::new();
@@ -446,24 +378,19 @@ impl Topo {
             let (Ok(s), Some(gid)) = (self.slot_index(item.id), Self::gid(item.group_id)) else {
                 continue;
             };
-            if let Some(g) = self.groups.get_mut(&gid) {
-                g.out_of_sync = true;
+            if self.mutation != Some(Mutation::AssignKeepsGroupsInSync) {
+                if let Some(g) = self.groups.get_mut(&gid) {
+                    g.out_of_sync = true;
+                }
             }
-            self.slots[s] = SlotMapping {
-                id: s,
-                group_id: gid,
-                action: SlotAction::default(),
-            };
+            self.slots[s] = SlotMapping { id: s, group_id: gid, action: SlotAction::default() };
             touched.push(s);
         }
         Ok(touched)
     }
 
     /// `slots/assign/{x}/offline`.
-    pub(crate) fn slots_assign_offline(
-        &mut self,
-        items: &[AssignItem],
-    ) -> Result<Vec<usize>, ApiError> {
+    pub(crate) fn slots_assign_offline(&mut self, items: &[AssignItem]) -> Result<Vec<usize>, ApiError> {
         for item in items {
             self.slot_index(item.id)?;
             if item.group_id != 0 {
@@ -475,10 +402,7 @@ impl Topo {
             let Ok(s) = self.slot_index(item.id) else {
                 continue;
             };
-            self.slots[s] = SlotMapping {
-                id: s,
-                ..SlotMapping::default()
-            };
+            self.slots[s] = SlotMapping { id: s, ..SlotMapping::default() };
             touched.push(s);
         }
         Ok(touched)
@@ -486,14 +410,8 @@ impl Topo {
 
     /// `slots/rebalance` plan.
     pub(crate) fn rebalance_plan(&self) -> Result<BTreeMap<usize, u32>, ApiError> {
-        let groups: Vec<u32> = self
-            .groups
-            .values()
-            .filter(|g| !g.servers.is_empty())
-            .map(|g| g.id)
-            .collect();
-        rebalance::plan(&self.slots, &groups)
-            .ok_or_else(|| err("no valid group could be found".to_owned()))
+        let groups: Vec<u32> = self.groups.values().filter(|g| !g.servers.is_empty()).map(|g| g.id).collect();
+        rebalance::plan(&self.slots, &groups).ok_or_else(|| err("no valid group could be found".to_owned()))
     }
 
     /// `slots/rebalance` with confirm: pending actions in ascending slot order.
@@ -507,42 +425,26 @@ impl Topo {
 
     /// Slots owned by, or moving into, the group.
     pub(crate) fn slots_of_group(&self, gid: u32) -> Vec<usize> {
-        self.slots
-            .iter()
-            .filter(|m| m.group_id == gid || m.action.target_id == gid)
-            .map(|m| m.id)
-            .collect()
+        self.slots.iter().filter(|m| m.group_id == gid || m.action.target_id == gid).map(|m| m.id).collect()
     }
 
-    fn group_master(&self, gid: u32) -> String {
-        self.groups
-            .get(&gid)
-            .and_then(Group::master)
-            .unwrap_or_default()
-            .to_owned()
+    pub(crate) fn master_of(&self, gid: u32) -> String {
+        self.groups.get(&gid).and_then(Group::master).unwrap_or_default().to_owned()
     }
 
     fn is_group_locked(&self, gid: u32) -> bool {
-        self.groups
-            .get(&gid)
-            .is_some_and(|g| g.promoting.state == PromotingState::Prepared)
+        self.groups.get(&gid).is_some_and(|g| g.promoting.state == PromotingState::Prepared)
     }
 
     pub(crate) fn is_group_promoting(&self, gid: u32) -> bool {
-        self.groups
-            .get(&gid)
-            .is_some_and(|g| !g.promoting.state.is_nothing())
+        self.groups.get(&gid).is_some_and(|g| !g.promoting.state.is_nothing())
     }
 
     fn is_slot_locked(&self, m: &SlotMapping) -> bool {
         match m.action.state {
-            SlotState::Nothing | SlotState::Pending | SlotState::Preparing => {
-                self.is_group_locked(m.group_id)
-            }
+            SlotState::Nothing | SlotState::Pending | SlotState::Preparing => self.is_group_locked(m.group_id),
             SlotState::Prepared => true,
-            SlotState::Migrating => {
-                self.is_group_locked(m.group_id) || self.is_group_locked(m.action.target_id)
-            }
+            SlotState::Migrating => self.is_group_locked(m.group_id) || self.is_group_locked(m.action.target_id),
             SlotState::Finished => self.is_group_locked(m.action.target_id),
         }
     }
@@ -560,9 +462,7 @@ impl Topo {
         let mut by_priority: [Vec<String>; 3] = Default::default();
         for s in g.servers.iter().filter(|s| s.replica_group) {
             let priority = match proxy {
-                Some(p) if p.datacenter == s.datacenter => {
-                    usize::from(host(&p.admin_addr) != host(&s.server))
-                }
+                Some(p) if p.datacenter == s.datacenter => usize::from(host(&p.admin_addr) != host(&s.server)),
                 _ => 2,
             };
             by_priority[priority].push(s.server.clone());
@@ -572,43 +472,38 @@ impl Topo {
 
     /// The proxy's view of one slot mapping (which need not be the stored one: pushes are computed before storing).
     pub(crate) fn slot_view(&self, m: &SlotMapping, proxy: Option<&Proxy>) -> Slot {
-        let mut slot = Slot {
-            id: m.id,
-            locked: self.is_slot_locked(m),
-            ..Slot::default()
-        };
+        let mut slot = Slot { id: m.id, locked: self.is_slot_locked(m), ..Slot::default() };
         match m.action.state {
             SlotState::Nothing | SlotState::Pending => {
-                slot.backend_addr = self.group_master(m.group_id);
+                slot.backend_addr = self.master_of(m.group_id);
                 slot.backend_addr_group_id = m.group_id;
                 slot.replica_groups = self.replica_groups_for(m.group_id, proxy);
             }
             SlotState::Preparing => {
-                slot.backend_addr = self.group_master(m.group_id);
+                slot.backend_addr = self.master_of(m.group_id);
                 slot.backend_addr_group_id = m.group_id;
             }
             SlotState::Prepared | SlotState::Migrating => {
-                slot.backend_addr = self.group_master(m.action.target_id);
+                slot.backend_addr = self.master_of(m.action.target_id);
                 slot.backend_addr_group_id = m.action.target_id;
-                slot.migrate_from = self.group_master(m.group_id);
+                slot.migrate_from = self.master_of(m.group_id);
                 slot.migrate_from_group_id = m.group_id;
             }
             SlotState::Finished => {
-                slot.backend_addr = self.group_master(m.action.target_id);
+                slot.backend_addr = self.master_of(m.action.target_id);
                 slot.backend_addr_group_id = m.action.target_id;
             }
         }
         slot.forward_method = self.forward_method;
+        if self.mutation == Some(Mutation::MigratingSlotServedBySource) && !slot.migrate_from.is_empty() {
+            std::mem::swap(&mut slot.backend_addr, &mut slot.migrate_from);
+            std::mem::swap(&mut slot.backend_addr_group_id, &mut slot.migrate_from_group_id);
+        }
         slot
     }
 
     /// Checks of `group/promote` in Codis's order; returns the group id and the index being promoted.
-    pub(crate) fn promote_check(
-        &self,
-        gid: i64,
-        addr: &str,
-        executor: i64,
-    ) -> Result<(u32, usize), ApiError> {
+    pub(crate) fn promote_check(&self, gid: i64, addr: &str, executor: i64) -> Result<(u32, usize), ApiError> {
         let g = self.group(gid)?;
         let index = Self::index_in(g, addr)?;
         if g.promoting.state.is_nothing() {
@@ -616,12 +511,9 @@ impl Topo {
                 return Err(err(format!("group-[{}] can't promote master", g.id)));
             }
         } else if u32::try_from(index).ok() != Some(g.promoting.index) {
-            return Err(err(format!(
-                "group-[{}] is promoting index = {}",
-                g.id, g.promoting.index
-            )));
+            return Err(err(format!("group-[{}] is promoting index = {}", g.id, g.promoting.index)));
         }
-        if executor != 0 {
+        if executor != 0 && self.mutation != Some(Mutation::PromoteIgnoresRunningMigration) {
             return Err(err(format!("slots-migration is running = {executor}")));
         }
         Ok((g.id, index))
@@ -630,18 +522,10 @@ impl Topo {
     /// The reorder of a promote: `[servers[i], others..., old master]`, all server actions cleared, `finished`.
     pub(crate) fn promote_reorder(&mut self, gid: u32) -> Option<String> {
         let g = self.groups.get_mut(&gid)?;
-        let index = usize::try_from(g.promoting.index)
-            .ok()
-            .filter(|&i| i < g.servers.len())?;
+        let index = usize::try_from(g.promoting.index).ok().filter(|&i| i < g.servers.len())?;
         let mut servers = Vec::with_capacity(g.servers.len());
         servers.push(g.servers[index].clone());
-        servers.extend(
-            g.servers
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != index && *i != 0)
-                .map(|(_, s)| s.clone()),
-        );
+        servers.extend(g.servers.iter().enumerate().filter(|(i, _)| *i != index && *i != 0).map(|(_, s)| s.clone()));
         if index != 0 {
             servers.push(g.servers[0].clone());
         }
@@ -649,103 +533,161 @@ impl Topo {
             s.action = ServerAction::default();
         }
         g.servers = servers;
-        g.promoting = Promoting {
-            index: 0,
-            state: PromotingState::Finished,
-        };
+        g.promoting = Promoting { index: 0, state: PromotingState::Finished };
         g.servers.first().map(|s| s.server.clone())
     }
 }
 
-/// Everything the double holds: the stored model plus what Codis keeps in memory, plus test knobs.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) topo: Topo,
+/// Where a held migration waits (test knob, see [`crate::codis::CodisDouble::hold_migration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationHold {
+    /// Before the batch that follows `after` completed batches: `slot_action.executor` is 0, as between two
+    /// throttled batches (or, with `after: 0`, right after the slot became `migrating`).
+    BeforeBatch {
+        /// Batches of this slot's migration to let through first.
+        after: u32,
+    },
+    /// Inside the batch that follows `after` completed batches, before any key moves: `slot_action.executor` is 1,
+    /// as while `SLOTSMGRTTAGSLOT-ASYNC` is on the wire.
+    InBatch {
+        /// Batches of this slot's migration to let through first.
+        after: u32,
+    },
+}
+
+/// A deliberate defect of the double, for proving that the conformance test catches it. Never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// `slots/action/create-some` takes the source's slots from the highest id down instead of the lowest up.
+    CreateSomeTakesHighestSlots,
+    /// `slots/assign` leaves `out_of_sync` alone.
+    AssignKeepsGroupsInSync,
+    /// A `prepared`/`migrating` slot is served with `backend_addr` and `migrate_from` swapped (traffic to the source).
+    MigratingSlotServedBySource,
+    /// `group/promote` ignores `slot_action.executor`.
+    PromoteIgnoresRunningMigration,
+}
+
+/// What a test asked the executor to do to one slot's keys (see [`crate::codis::CodisDouble::drop_keys_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    /// The batch deletes the keys on the source instead of moving them.
+    Delete,
+}
+
+/// What Codis keeps only in memory (`Topom.action`, `Topom.stats`): lost on a restart.
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
     pub(crate) slot_action: SlotActionStats,
     pub(crate) server_stats: BTreeMap<String, ServerStats>,
     pub(crate) proxy_stats: BTreeMap<String, ProxyStatsEntry>,
-    pub(crate) loglevel: String,
-    /// Injected migration errors by slot.
-    pub(crate) slot_errors: BTreeMap<usize, String>,
-    /// Migrating ticks per slot (default below).
-    pub(crate) migration_ticks: BTreeMap<usize, u32>,
-    pub(crate) default_migration_ticks: u32,
-    /// Migrating ticks done so far for slots in `migrating`.
-    pub(crate) migrated: BTreeMap<usize, u32>,
     /// Fork health: consecutive failed checks per server.
     pub(crate) fail_counts: BTreeMap<String, u32>,
+}
+
+/// Everything the double holds: the stored model, what Codis keeps in memory, and test knobs.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// What Codis keeps in its coordinator: survives a restart.
+    pub(crate) topo: Topo,
+    /// What Codis keeps in memory.
+    pub(crate) mem: Memory,
+    pub(crate) loglevel: String,
+    /// Bumped by every restart; executors started under an older generation stop touching anything.
+    pub(crate) generation: u64,
     /// Completed stats refreshes.
     pub(crate) refreshes: u64,
+    // ---- test knobs (not Codis state: they survive a restart) ----
+    /// Injected migration errors by slot.
+    pub(crate) slot_errors: BTreeMap<usize, String>,
+    /// Fewest batches per slot (default below); padded batches last one tick each.
+    pub(crate) migration_ticks: BTreeMap<usize, u32>,
+    pub(crate) default_migration_ticks: u32,
+    /// Holds by slot, and the slots waiting at one now.
+    pub(crate) holds: BTreeMap<usize, MigrationHold>,
+    pub(crate) held: BTreeSet<usize>,
+    /// Key faults by slot.
+    pub(crate) key_faults: BTreeMap<usize, KeyFault>,
+    /// The sync-action executor and the stats loop skip their turns while set.
+    pub(crate) sync_held: bool,
+    pub(crate) stats_held: bool,
 }
 
 impl State {
     pub(crate) fn new(topo: Topo) -> Self {
         Self {
             topo,
-            slot_action: SlotActionStats::default(),
-            server_stats: BTreeMap::new(),
-            proxy_stats: BTreeMap::new(),
+            mem: Memory::default(),
             loglevel: "info".into(),
+            generation: 0,
+            refreshes: 0,
             slot_errors: BTreeMap::new(),
             migration_ticks: BTreeMap::new(),
             default_migration_ticks: 1,
-            migrated: BTreeMap::new(),
-            fail_counts: BTreeMap::new(),
-            refreshes: 0,
+            holds: BTreeMap::new(),
+            held: BTreeSet::new(),
+            key_faults: BTreeMap::new(),
+            sync_held: false,
+            stats_held: false,
         }
     }
 
-    /// The slots the executor works on this round (reference §6): in-progress actions first, then pending ones
-    /// (unless disabled), each by lowest index, accepting a slot only if neither its source nor its target group is
-    /// already taken this round (source 0 exempt), at most `parallel`.
-    pub(crate) fn plan_round(&self, parallel: usize) -> Vec<usize> {
-        let mut marks: BTreeSet<u32> = BTreeSet::new();
-        let mut plans: Vec<usize> = Vec::new();
+    /// A dashboard restart: the model stays (it is in the coordinator), memory is lost, running executors of the
+    /// old process stop.
+    pub(crate) fn restart(&mut self) {
+        self.mem = Memory::default();
+        self.generation += 1;
+        self.held.clear();
+    }
+
+    /// The next slot a round takes (`SlotActionPrepareFilter`): the lowest-index action already in progress,
+    /// else (unless disabled) the lowest-index pending one, among the slots `accept` lets through: neither its
+    /// group nor its target already in the round (`marks`; an offline source takes no group), not yet planned.
+    pub(crate) fn pick_next(&self, marks: &BTreeSet<u32>, plans: &[usize]) -> Option<usize> {
         let slots = &self.topo.slots;
-        let pick = |marks: &BTreeSet<u32>, plans: &[usize], pending: bool| {
+        let accept = |m: &SlotMapping| {
+            !marks.contains(&m.group_id) && !marks.contains(&m.action.target_id) && !plans.contains(&m.id)
+        };
+        let min_index = |pending: bool| {
             slots
                 .iter()
                 .filter(|m| {
-                    let wanted = if pending {
-                        m.action.state == SlotState::Pending
-                    } else {
-                        m.action.state.in_progress()
-                    };
-                    wanted
-                        && !marks.contains(&m.group_id)
-                        && !marks.contains(&m.action.target_id)
-                        && !plans.contains(&m.id)
+                    !m.action.state.is_nothing() && (m.action.state == SlotState::Pending) == pending && accept(m)
                 })
                 .min_by_key(|m| (m.action.index, m.id))
                 .map(|m| m.id)
         };
+        min_index(false).or_else(|| if self.mem.slot_action.disabled { None } else { min_index(true) })
+    }
+
+    /// The slots one round takes, in the order it takes them (the planning half of `ProcessSlotAction`).
+    #[cfg(test)]
+    pub(crate) fn plan_round(&self, parallel: usize) -> Vec<usize> {
+        let mut marks = BTreeSet::new();
+        let mut plans = Vec::new();
         while plans.len() < parallel.max(1) {
-            let next = pick(&marks, &plans, false).or_else(|| {
-                if self.slot_action.disabled {
-                    None
-                } else {
-                    pick(&marks, &plans, true)
-                }
-            });
-            let Some(sid) = next else { break };
-            let m = slots[sid];
-            if m.group_id != 0 {
-                marks.insert(m.group_id);
-            }
-            marks.insert(m.action.target_id);
+            let Some(sid) = self.pick_next(&marks, &plans) else {
+                break;
+            };
+            mark(&mut marks, &self.topo.slots[sid]);
             plans.push(sid);
         }
         plans
     }
 
-    /// Migrating ticks configured for a slot.
+    /// Fewest batches configured for a slot.
     pub(crate) fn ticks_for(&self, sid: usize) -> u32 {
-        self.migration_ticks
-            .get(&sid)
-            .copied()
-            .unwrap_or(self.default_migration_ticks)
-            .max(1)
+        self.migration_ticks.get(&sid).copied().unwrap_or(self.default_migration_ticks).max(1)
     }
+}
+
+/// Marks a planned slot's groups as taken for the rest of the round.
+pub(crate) fn mark(marks: &mut BTreeSet<u32>, m: &SlotMapping) {
+    if m.group_id != 0 {
+        marks.insert(m.group_id);
+    }
+    marks.insert(m.action.target_id);
 }
 
 #[cfg(test)]
@@ -756,8 +698,7 @@ mod tests {
         let mut t = Topo::new(16, false, 1);
         for &g in gids {
             t.create_group(i64::from(g)).unwrap();
-            t.group_add_server(i64::from(g), "", &format!("10.0.0.{g}:6379"))
-                .unwrap();
+            t.group_add_server(i64::from(g), "", &format!("10.0.0.{g}:6379")).unwrap();
         }
         t
     }
@@ -765,38 +706,16 @@ mod tests {
     #[test]
     fn group_checks_use_the_recorded_causes_in_order() {
         let mut t = topo_with_groups(&[1]);
+        assert_eq!(t.create_group(0).unwrap_err().cause, "invalid group id = 0, out of range");
+        assert_eq!(t.create_group(10000).unwrap_err().cause, "invalid group id = 10000, out of range");
+        assert_eq!(t.create_group(1).unwrap_err().cause, "group-[1] already exists");
+        assert_eq!(t.remove_group(2).unwrap_err().cause, "group-[2] doesn't exist");
+        assert_eq!(t.remove_group(1).unwrap_err().cause, "group-[1] isn't empty");
         assert_eq!(
-            t.create_group(0).unwrap_err().cause,
-            "invalid group id = 0, out of range"
-        );
-        assert_eq!(
-            t.create_group(10000).unwrap_err().cause,
-            "invalid group id = 10000, out of range"
-        );
-        assert_eq!(
-            t.create_group(1).unwrap_err().cause,
-            "group-[1] already exists"
-        );
-        assert_eq!(
-            t.remove_group(2).unwrap_err().cause,
-            "group-[2] doesn't exist"
-        );
-        assert_eq!(
-            t.remove_group(1).unwrap_err().cause,
-            "group-[1] isn't empty"
-        );
-        assert_eq!(
-            t.group_add_server(2, "", "10.0.0.1:6379")
-                .unwrap_err()
-                .cause,
+            t.group_add_server(2, "", "10.0.0.1:6379").unwrap_err().cause,
             "server-[10.0.0.1:6379] already exists"
         );
-        assert_eq!(
-            t.group_add_server(2, "", "10.0.0.9:6379")
-                .unwrap_err()
-                .cause,
-            "group-[2] doesn't exist"
-        );
+        assert_eq!(t.group_add_server(2, "", "10.0.0.9:6379").unwrap_err().cause, "group-[2] doesn't exist");
     }
 
     #[test]
@@ -820,20 +739,13 @@ mod tests {
         t.slots[3] = SlotMapping {
             id: 3,
             group_id: 0,
-            action: SlotAction {
-                index: 1,
-                state: SlotState::Pending,
-                target_id: 1,
-            },
+            action: SlotAction { index: 1, state: SlotState::Pending, target_id: 1 },
         };
         assert_eq!(
             t.group_del_server(1, "10.0.0.1:6379").unwrap_err().cause,
             "group-[1] can't remove master, still in use"
         );
-        t.slots[3] = SlotMapping {
-            id: 3,
-            ..SlotMapping::default()
-        };
+        t.slots[3] = SlotMapping { id: 3, ..SlotMapping::default() };
         t.group_del_server(1, "10.0.0.1:6379").unwrap();
         t.remove_group(1).unwrap();
     }
@@ -843,101 +755,44 @@ mod tests {
         let mut t = topo_with_groups(&[1, 2]);
         t.create_group(3).unwrap();
         assert_eq!(t.slot_create(0, 3).unwrap_err().cause, "group-[3] is empty");
-        assert_eq!(
-            t.slot_create(16, 1).unwrap_err().cause,
-            "slot-[16] doesn't exist"
-        );
+        assert_eq!(t.slot_create(16, 1).unwrap_err().cause, "slot-[16] doesn't exist");
         t.slot_create(0, 1).unwrap();
-        assert_eq!(
-            t.slot_create(0, 2).unwrap_err().cause,
-            "slot-[0] action already exists"
-        );
+        assert_eq!(t.slot_create(0, 2).unwrap_err().cause, "slot-[0] action already exists");
         t.slots[1].group_id = 1;
-        assert_eq!(
-            t.slot_create(1, 1).unwrap_err().cause,
-            "slot-[1] already in group-[1]"
-        );
-        assert_eq!(
-            t.slot_create_range(-1, 3, 1).unwrap_err().cause,
-            "invalid slot range [-1,3]"
-        );
-        assert_eq!(
-            t.slot_create_range(0, 16, 1).unwrap_err().cause,
-            "invalid slot range [0,16]"
-        );
-        assert_eq!(
-            t.slot_create_range(2, 5, 7).unwrap_err().cause,
-            "group-[7] doesn't exist"
-        );
+        assert_eq!(t.slot_create(1, 1).unwrap_err().cause, "slot-[1] already in group-[1]");
+        assert_eq!(t.slot_create_range(-1, 3, 1).unwrap_err().cause, "invalid slot range [-1,3]");
+        assert_eq!(t.slot_create_range(0, 16, 1).unwrap_err().cause, "invalid slot range [0,16]");
+        assert_eq!(t.slot_create_range(2, 5, 7).unwrap_err().cause, "group-[7] doesn't exist");
         t.slot_create_range(2, 5, 2).unwrap();
-        assert_eq!(
-            t.slots[5].action,
-            SlotAction {
-                index: 5,
-                state: SlotState::Pending,
-                target_id: 2
-            }
-        );
+        assert_eq!(t.slots[5].action, SlotAction { index: 5, state: SlotState::Pending, target_id: 2 });
         t.slot_create_some(0, 2, 3).unwrap();
-        assert_eq!(
-            t.slots.iter().filter(|m| m.action.target_id == 2).count(),
-            7
-        );
+        assert_eq!(t.slots.iter().filter(|m| m.action.target_id == 2).count(), 7);
         t.slot_create_some(2, 2, 3).unwrap();
         t.slot_create_some(42, 2, 3).unwrap();
         t.slot_create_some(0, 2, -1).unwrap();
-        assert_eq!(
-            t.slots.iter().filter(|m| m.action.target_id == 2).count(),
-            7
-        );
-        assert_eq!(
-            t.slot_remove(1).unwrap_err().cause,
-            "slot-[1] action doesn't exist"
-        );
+        assert_eq!(t.slots.iter().filter(|m| m.action.target_id == 2).count(), 7);
+        assert_eq!(t.slot_remove(1).unwrap_err().cause, "slot-[1] action doesn't exist");
         t.slots[0].action.state = SlotState::Migrating;
-        assert_eq!(
-            t.slot_remove(0).unwrap_err().cause,
-            "slot-[0] action isn't pending"
-        );
+        assert_eq!(t.slot_remove(0).unwrap_err().cause, "slot-[0] action isn't pending");
         t.slot_remove(2).unwrap();
     }
 
     #[test]
     fn assign_reads_malformed_bodies_as_empty_and_checks_items() {
         assert!(AssignItem::parse_body(b"not json").is_empty());
-        assert_eq!(
-            AssignItem::parse_body(br#"[{"id":"x"}]"#),
-            [AssignItem::default()]
-        );
+        assert_eq!(AssignItem::parse_body(br#"[{"id":"x"}]"#), [AssignItem::default()]);
         let mut t = topo_with_groups(&[1]);
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":42}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "group-[42] doesn't exist"
-        );
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "group-[42] doesn't exist");
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":0}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "group-[0] doesn't exist"
-        );
-        let items =
-            AssignItem::parse_body(br#"[{"id":4,"group_id":1,"action":{"state":"pending"}}]"#);
-        assert_eq!(
-            t.slots_assign(&items).unwrap_err().cause,
-            "invalid slot-[4] action = pending"
-        );
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "group-[0] doesn't exist");
+        let items = AssignItem::parse_body(br#"[{"id":4,"group_id":1,"action":{"state":"pending"}}]"#);
+        assert_eq!(t.slots_assign(&items).unwrap_err().cause, "invalid slot-[4] action = pending");
         let items = AssignItem::parse_body(br#"[{"id":4,"group_id":1}]"#);
         assert_eq!(t.slots_assign(&items).unwrap(), [4]);
         assert!(t.groups[&1].out_of_sync);
-        assert_eq!(
-            t.slots_assign_offline(&items).unwrap_err().cause,
-            "group of slot-[4] should be 0"
-        );
-        assert_eq!(
-            t.slots_assign_offline(&AssignItem::parse_body(br#"[{"id":4}]"#))
-                .unwrap(),
-            [4]
-        );
+        assert_eq!(t.slots_assign_offline(&items).unwrap_err().cause, "group of slot-[4] should be 0");
+        assert_eq!(t.slots_assign_offline(&AssignItem::parse_body(br#"[{"id":4}]"#)).unwrap(), [4]);
         assert_eq!(t.slots[4].group_id, 0);
     }
 
@@ -946,33 +801,15 @@ mod tests {
         let mut t = topo_with_groups(&[1]);
         t.group_add_server(1, "", "b:1").unwrap();
         t.group_add_server(1, "", "c:1").unwrap();
-        assert_eq!(
-            t.promote_check(1, "10.0.0.1:6379", 0).unwrap_err().cause,
-            "group-[1] can't promote master"
-        );
-        assert_eq!(
-            t.promote_check(1, "c:1", 3).unwrap_err().cause,
-            "slots-migration is running = 3"
-        );
+        assert_eq!(t.promote_check(1, "10.0.0.1:6379", 0).unwrap_err().cause, "group-[1] can't promote master");
+        assert_eq!(t.promote_check(1, "c:1", 3).unwrap_err().cause, "slots-migration is running = 3");
         let (gid, index) = t.promote_check(1, "c:1", 0).unwrap();
-        t.groups.get_mut(&gid).unwrap().promoting = Promoting {
-            index: u32::try_from(index).unwrap(),
-            state: PromotingState::Preparing,
-        };
-        assert_eq!(
-            t.promote_check(1, "b:1", 0).unwrap_err().cause,
-            "group-[1] is promoting index = 2"
-        );
-        assert_eq!(
-            t.group_add_server(1, "", "d:1").unwrap_err().cause,
-            "group-[1] is promoting"
-        );
+        t.groups.get_mut(&gid).unwrap().promoting =
+            Promoting { index: u32::try_from(index).unwrap(), state: PromotingState::Preparing };
+        assert_eq!(t.promote_check(1, "b:1", 0).unwrap_err().cause, "group-[1] is promoting index = 2");
+        assert_eq!(t.group_add_server(1, "", "d:1").unwrap_err().cause, "group-[1] is promoting");
         assert_eq!(t.promote_reorder(1).unwrap(), "c:1");
-        let order: Vec<&str> = t.groups[&1]
-            .servers
-            .iter()
-            .map(|s| s.server.as_str())
-            .collect();
+        let order: Vec<&str> = t.groups[&1].servers.iter().map(|s| s.server.as_str()).collect();
         assert_eq!(order, ["c:1", "b:1", "10.0.0.1:6379"]);
     }
 
@@ -982,35 +819,16 @@ mod tests {
         t.slots[0] = SlotMapping {
             id: 0,
             group_id: 1,
-            action: SlotAction {
-                index: 1,
-                state: SlotState::Migrating,
-                target_id: 2,
-            },
+            action: SlotAction { index: 1, state: SlotState::Migrating, target_id: 2 },
         };
         let v = t.slot_view(&t.slots[0], None);
-        assert_eq!(
-            (v.backend_addr.as_str(), v.migrate_from.as_str()),
-            ("10.0.0.2:6379", "10.0.0.1:6379")
-        );
+        assert_eq!((v.backend_addr.as_str(), v.migrate_from.as_str()), ("10.0.0.2:6379", "10.0.0.1:6379"));
         assert!(!v.locked);
-        let prepared = SlotMapping {
-            action: SlotAction {
-                state: SlotState::Prepared,
-                ..t.slots[0].action
-            },
-            ..t.slots[0]
-        };
+        let prepared =
+            SlotMapping { action: SlotAction { state: SlotState::Prepared, ..t.slots[0].action }, ..t.slots[0] };
         assert!(t.slot_view(&prepared, None).locked);
         let offline = t.slot_view(&t.slots[1], None);
-        assert_eq!(
-            offline,
-            Slot {
-                id: 1,
-                forward_method: 1,
-                ..Slot::default()
-            }
-        );
+        assert_eq!(offline, Slot { id: 1, forward_method: 1, ..Slot::default() });
     }
 
     #[test]

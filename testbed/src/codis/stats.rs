@@ -7,10 +7,8 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::api::{group_batches, fetch_info, push, reinit, set_master};
-use super::model::{
-    Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats,
-};
+use super::api::{fetch_info_pooled, group_batches, push, reinit, set_master};
+use super::model::{Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats};
 use super::proxy_client::ProxyClient;
 use super::wire::{self, ApiError};
 use super::Shared;
@@ -21,7 +19,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if shared.is_paused() {
+        if shared.is_paused() || shared.state().stats_held {
             continue;
         }
         refresh(&shared).await;
@@ -32,29 +30,22 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 type Reachability = BTreeMap<String, Option<BTreeMap<String, String>>>;
 
 async fn refresh(sh: &Arc<Shared>) {
-    let (servers, proxies): (Vec<String>, Vec<Proxy>) = {
+    let (generation, servers, proxies): (u64, Vec<String>, Vec<Proxy>) = {
         let st = sh.state();
         (
-            st.topo
-                .groups
-                .values()
-                .flat_map(|g| g.servers.iter().map(|s| s.server.clone()))
-                .collect(),
+            st.generation,
+            st.topo.groups.values().flat_map(|g| g.servers.iter().map(|s| s.server.clone())).collect(),
             st.topo.proxies.values().cloned().collect(),
         )
     };
     let timeout = sh.opts.stats_timeout;
     // Upstream shows the full INFO; the fork only `INFO replication` (reference §14.8).
-    let section = if sh.opts.fork {
-        Some("replication")
-    } else {
-        None
-    };
+    let section = if sh.opts.fork { Some("replication") } else { None };
     let mut server_set = JoinSet::new();
     for addr in servers {
         let sh = sh.clone();
         server_set.spawn(async move {
-            let r = tokio::time::timeout(timeout, fetch_info(&sh, &addr, section)).await;
+            let r = tokio::time::timeout(timeout, fetch_info_pooled(&sh, &addr, section)).await;
             (addr, r)
         });
     }
@@ -76,27 +67,15 @@ async fn refresh(sh: &Arc<Shared>) {
         let entry = match r {
             Ok(Ok(info)) => {
                 reach.insert(addr.clone(), Some(info.clone()));
-                ServerStats {
-                    stats: Some(info),
-                    unixtime: now,
-                    ..ServerStats::default()
-                }
+                ServerStats { stats: Some(info), unixtime: now, ..ServerStats::default() }
             }
             Ok(Err(e)) => {
                 reach.insert(addr.clone(), None);
-                ServerStats {
-                    error: Some(ApiError::traced(e).body()),
-                    unixtime: now,
-                    ..ServerStats::default()
-                }
+                ServerStats { error: Some(ApiError::traced(e).body()), unixtime: now, ..ServerStats::default() }
             }
             Err(_) => {
                 reach.insert(addr.clone(), None);
-                ServerStats {
-                    unixtime: now,
-                    timeout: true,
-                    ..ServerStats::default()
-                }
+                ServerStats { unixtime: now, timeout: true, ..ServerStats::default() }
             }
         };
         server_stats.insert(addr, entry);
@@ -110,31 +89,25 @@ async fn refresh(sh: &Arc<Shared>) {
                 if !stats.online && !stats.closed {
                     to_reonline.push(p.clone());
                 }
-                ProxyStatsEntry {
-                    stats: Some(stats),
-                    unixtime: now,
-                    ..ProxyStatsEntry::default()
-                }
+                ProxyStatsEntry { stats: Some(stats), unixtime: now, ..ProxyStatsEntry::default() }
             }
-            Ok(Err(e)) => ProxyStatsEntry {
-                error: Some(ApiError::traced(e).body()),
-                unixtime: now,
-                ..ProxyStatsEntry::default()
-            },
-            Err(_) => ProxyStatsEntry {
-                unixtime: now,
-                timeout: true,
-                ..ProxyStatsEntry::default()
-            },
+            Ok(Err(e)) => {
+                ProxyStatsEntry { error: Some(ApiError::traced(e).body()), unixtime: now, ..ProxyStatsEntry::default() }
+            }
+            Err(_) => ProxyStatsEntry { unixtime: now, timeout: true, ..ProxyStatsEntry::default() },
         };
         proxy_stats.insert(p.token, entry);
     }
     {
         let mut st = sh.state();
-        st.server_stats = server_stats;
+        if st.generation != generation {
+            // Taken by a dashboard process that has been restarted since.
+            return;
+        }
+        st.mem.server_stats = server_stats;
         // A proxy removed while its stats were on the wire must not come back.
         proxy_stats.retain(|token, _| st.topo.proxies.contains_key(token));
-        st.proxy_stats = proxy_stats;
+        st.mem.proxy_stats = proxy_stats;
     }
     if sh.opts.fork {
         health(sh, &reach).await;
@@ -154,22 +127,12 @@ async fn refresh(sh: &Arc<Shared>) {
 /// `(binlog file, offset)` from Pika's `db0:binlog_offset=<file> <offset>,...`, else redis-server's
 /// `master_repl_offset` as the offset of file 0.
 fn binlog(info: &BTreeMap<String, String>) -> (u64, u64) {
-    if let Some(pos) = info
-        .get("db0")
-        .and_then(|v| v.strip_prefix("binlog_offset="))
-    {
+    if let Some(pos) = info.get("db0").and_then(|v| v.strip_prefix("binlog_offset=")) {
         let pos = pos.split(',').next().unwrap_or("");
-        let mut parts = pos
-            .split_whitespace()
-            .map(|p| p.parse::<u64>().unwrap_or(0));
+        let mut parts = pos.split_whitespace().map(|p| p.parse::<u64>().unwrap_or(0));
         return (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     }
-    (
-        0,
-        info.get("master_repl_offset")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    )
+    (0, info.get("master_repl_offset").and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
 /// Fork health checks: refresh healthy servers in place, count failures, re-attach recovered offline slaves with
@@ -189,15 +152,13 @@ async fn health(sh: &Shared, reach: &Reachability) {
                 match reach.get(&s.server) {
                     None => {}
                     Some(Some(info)) => {
-                        st.fail_counts.remove(&s.server);
+                        st.mem.fail_counts.remove(&s.server);
                         let (file, offset) = binlog(info);
                         s.role = Some(info.get("role").cloned().unwrap_or_default());
                         s.binlog_file_num = Some(file);
                         s.binlog_offset = Some(offset);
-                        s.is_eligible_for_master_election = Some(
-                            info.get("is_eligible_for_master_election")
-                                .is_none_or(|v| v == "true"),
-                        );
+                        s.is_eligible_for_master_election =
+                            Some(info.get("is_eligible_for_master_election").is_none_or(|v| v == "true"));
                         if s.state == Some(2) {
                             if i == 0 {
                                 s.state = Some(0);
@@ -209,19 +170,13 @@ async fn health(sh: &Shared, reach: &Reachability) {
                             s.replica_group = true;
                             // Observed: healthy servers show `synced` even if never attached; running actions are
                             // left alone so the sync executor can finish them.
-                            if !matches!(
-                                s.action.state,
-                                ServerActionState::Pending | ServerActionState::Syncing
-                            ) {
-                                s.action = ServerAction {
-                                    index: 0,
-                                    state: ServerActionState::Synced,
-                                };
+                            if !matches!(s.action.state, ServerActionState::Pending | ServerActionState::Syncing) {
+                                s.action = ServerAction { index: 0, state: ServerActionState::Synced };
                             }
                         }
                     }
                     Some(None) => {
-                        let count = st.fail_counts.entry(s.server.clone()).or_insert(0);
+                        let count = st.mem.fail_counts.entry(s.server.clone()).or_insert(0);
                         *count += 1;
                         if *count >= dead_checks {
                             s.state = Some(2);
@@ -241,12 +196,7 @@ async fn health(sh: &Shared, reach: &Reachability) {
     for (gid, addr, master) in reattach {
         let result = set_master(sh, &addr, Some(&master), true).await;
         let mut st = sh.state();
-        if let Some(s) = st
-            .topo
-            .groups
-            .get_mut(&gid)
-            .and_then(|g| g.servers.iter_mut().find(|s| s.server == addr))
-        {
+        if let Some(s) = st.topo.groups.get_mut(&gid).and_then(|g| g.servers.iter_mut().find(|s| s.server == addr)) {
             s.recall_times = Some(s.recall_times.unwrap_or(0) + 1);
             if result.is_ok() {
                 s.state = Some(0);
@@ -275,13 +225,7 @@ async fn fail_over(sh: &Shared, gid: u32) {
             .enumerate()
             .skip(1)
             .filter(|(_, s)| s.state == Some(0) && s.is_eligible_for_master_election != Some(false))
-            .max_by_key(|(i, s)| {
-                (
-                    s.binlog_file_num.unwrap_or(0),
-                    s.binlog_offset.unwrap_or(0),
-                    std::cmp::Reverse(*i),
-                )
-            });
+            .max_by_key(|(i, s)| (s.binlog_file_num.unwrap_or(0), s.binlog_offset.unwrap_or(0), std::cmp::Reverse(*i)));
         let Some((index, new_master)) = best else {
             tracing::warn!("group-[{gid}] master is offline and no slave can take over");
             return;

@@ -42,34 +42,21 @@ pub(crate) struct ApiError {
 impl ApiError {
     /// A traced error (`Stack` is an array).
     pub(crate) fn traced(cause: impl Into<String>) -> Self {
-        Self {
-            cause: cause.into(),
-            traced: true,
-        }
+        Self { cause: cause.into(), traced: true }
     }
 
     /// An untraced error (`Stack: null`).
     pub(crate) fn plain(cause: impl Into<String>) -> Self {
-        Self {
-            cause: cause.into(),
-            traced: false,
-        }
+        Self { cause: cause.into(), traced: false }
     }
 
     pub(crate) fn body(&self) -> ErrorBody {
         let stack = self.traced.then(|| {
             // Real stacks name Go functions and files; one frame that names the double is enough for clients, which
             // read only `Cause`, and it keeps `Stack` an array where Codis would send one.
-            vec![StackFrame {
-                name: "testbed::codis::CodisDouble".into(),
-                file: "testbed/src/codis".into(),
-                line: 0,
-            }]
+            vec![StackFrame { name: "testbed::codis::CodisDouble".into(), file: "testbed/src/codis".into(), line: 0 }]
         });
-        ErrorBody {
-            cause: self.cause.clone(),
-            stack,
-        }
+        ErrorBody { cause: self.cause.clone(), stack }
     }
 }
 
@@ -98,8 +85,7 @@ pub(crate) fn go_json<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_
 fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
@@ -118,38 +104,27 @@ pub(crate) fn ok() -> Response<Body> {
 
 /// Status 800 with the Codis error body; the reason phrase is Go's (`800 status code 800`).
 pub(crate) fn error(err: &ApiError) -> Response<Body> {
-    let body = go_json(&err.body())
-        .unwrap_or_else(|_| format!("{{\"Cause\": {:?}, \"Stack\": null}}", err.cause));
+    let body = go_json(&err.body()).unwrap_or_else(|_| format!("{{\"Cause\": {:?}, \"Stack\": null}}", err.cause));
     let status = StatusCode::from_u16(800).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = response(status, JSON, body);
-    resp.extensions_mut()
-        .insert(hyper::ext::ReasonPhrase::from_static(b"status code 800"));
+    resp.extensions_mut().insert(hyper::ext::ReasonPhrase::from_static(b"status code 800"));
     resp
 }
 
 /// Go's `404 page not found`.
 pub(crate) fn not_found() -> Response<Body> {
-    response(
-        StatusCode::NOT_FOUND,
-        TEXT,
-        "404 page not found\n".to_owned(),
-    )
+    response(StatusCode::NOT_FOUND, TEXT, "404 page not found\n".to_owned())
 }
 
 /// A bare 500 (fault injection).
 pub(crate) fn internal_error() -> Response<Body> {
-    response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        TEXT,
-        "500 internal server error\n".to_owned(),
-    )
+    response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "500 internal server error\n".to_owned())
 }
 
 /// `302 Location: <to>`.
 pub(crate) fn redirect(to: &'static str) -> Response<Body> {
     let mut resp = response(StatusCode::FOUND, TEXT, String::new());
-    resp.headers_mut()
-        .insert(header::LOCATION, HeaderValue::from_static(to));
+    resp.headers_mut().insert(header::LOCATION, HeaderValue::from_static(to));
     resp
 }
 
@@ -167,15 +142,7 @@ pub(crate) fn segments(path: &str) -> Option<Vec<String>> {
         return Some(Vec::new());
     }
     let rest = rest.strip_suffix('/').unwrap_or(rest);
-    rest.split('/')
-        .map(|s| {
-            if s.is_empty() {
-                None
-            } else {
-                Some(percent_decode(s))
-            }
-        })
-        .collect()
+    rest.split('/').map(|s| if s.is_empty() { None } else { Some(percent_decode(s)) }).collect()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -184,9 +151,7 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(b) = hex {
                 out.push(b);
                 i += 3;
@@ -201,17 +166,12 @@ fn percent_decode(s: &str) -> String {
 
 /// Seconds since the epoch.
 pub(crate) fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
 /// Now in Go's `time.Time.String()` form for UTC, e.g. `2026-11-30 05:49:02.769518193 +0000 UTC`.
 pub(crate) fn go_time_now() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = i64::try_from(now.as_secs()).unwrap_or(0);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
@@ -240,10 +200,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 /// A random-looking 32-hex-digit token (same shape as Codis's md5 tokens).
 pub(crate) fn token(seed: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
     let digest = Sha256::digest(format!("{seed}/{nanos}/{}", std::process::id()).as_bytes());
     hex::encode(&digest[..16])
 }
@@ -275,14 +232,8 @@ mod tests {
     #[test]
     fn segments_accept_one_trailing_slash_and_decode_colons() {
         assert_eq!(segments("/").unwrap(), Vec::<String>::new());
-        assert_eq!(
-            segments("/api/topom/xping/x/").unwrap(),
-            ["api", "topom", "xping", "x"]
-        );
-        assert_eq!(
-            segments("/a/10.0.0.1%3A9221").unwrap(),
-            ["a", "10.0.0.1:9221"]
-        );
+        assert_eq!(segments("/api/topom/xping/x/").unwrap(), ["api", "topom", "xping", "x"]);
+        assert_eq!(segments("/a/10.0.0.1%3A9221").unwrap(), ["a", "10.0.0.1:9221"]);
         assert!(segments("/a//b").is_none());
         assert!(segments("/a/b//").is_none());
     }
@@ -291,11 +242,7 @@ mod tests {
     fn go_time_has_the_go_layout() {
         let t = go_time_now();
         assert!(t.ends_with(" +0000 UTC"), "{t}");
-        assert_eq!(
-            t.len(),
-            "2026-11-30 05:49:02.769518193 +0000 UTC".len(),
-            "{t}"
-        );
+        assert_eq!(t.len(), "2026-11-30 05:49:02.769518193 +0000 UTC".len(), "{t}");
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_422), (2025, 11, 30));
     }
