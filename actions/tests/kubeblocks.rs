@@ -6,18 +6,14 @@
 //! the emulation's deadline (a hang detector: a step that would wait forever on real KubeBlocks fails with a
 //! diagnosis). The end state is checked in Codis (one group per shard with exactly its pods, the master at index 0,
 //! slots assigned and balanced, no slot action left, removed groups gone), in the redis-servers (every pod replicates
-//! its group's master; data written before a scale-in is still readable from the owning group's master) and in etcd
-//! (no lock left).
+//! its group's master; every key acknowledged through codis-proxy, before or during the step, is still readable
+//! through the proxy and from the master owning its slot) and in etcd (no lock left).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use testbed::kubeblocks::{KubeBlocks, Line, Options, ShardInfo};
-
-/// Whether the Codis double moves keys with their slots. It does not yet (testbed/README.md): until it does, only
-/// keys of slots that never moved are checked after a scale-in. Set to true once the double's data path lands (and
-/// write through the proxy then, see [`write_keys`]).
-const DOUBLE_MOVES_KEYS: bool = false;
+use testbed::{Ledger, Workload, WorkloadOptions};
 
 fn options(line: Line, name: &str) -> Options {
     let mut opts = Options::new(line, env!("CARGO_BIN_EXE_pika-action"));
@@ -41,23 +37,6 @@ fn step(kb: &KubeBlocks, what: &str, result: Result<Duration, testbed::kubeblock
 }
 
 // ---- end-state checks ------------------------------------------------------------------------------------------
-
-/// Codis' CRC32 (IEEE) slot of a key, honouring `{hash tags}`.
-fn slot_of(key: &str, slots: u32) -> u32 {
-    let bytes = key.as_bytes();
-    let tagged = key
-        .find('{')
-        .and_then(|open| key[open + 1..].find('}').filter(|n| *n > 0).map(|n| &bytes[open + 1..open + 1 + n]));
-    let data = tagged.unwrap_or(bytes);
-    let mut crc: u32 = 0xFFFF_FFFF;
-    for b in data {
-        crc ^= u32::from(*b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
-        }
-    }
-    (!crc) % slots
-}
 
 /// The group of each shard (by short name), found by its servers.
 fn groups_by_shard(kb: &KubeBlocks) -> BTreeMap<String, u32> {
@@ -156,59 +135,38 @@ fn assert_no_lock(kb: &KubeBlocks) {
     assert!(locks.is_empty(), "[{}] locks left in etcd: {locks:?}", kb.line().chart_value());
 }
 
-/// Writes `n` keys to the masters owning their slots (the stand-in for writing through codis-proxy, which the double
-/// does not serve yet); returns key → slot.
-fn write_keys(kb: &KubeBlocks, n: usize) -> BTreeMap<String, u32> {
-    let codis = kb.codis().expect("codis");
-    let snap = codis.snapshot();
-    let slots = u32::try_from(snap.slots.len()).unwrap();
-    let addrs = kb.server_addresses();
-    let mut written = BTreeMap::new();
-    for i in 0..n {
-        let key = format!("key-{i}");
-        let slot = slot_of(&key, slots);
-        let gid = snap.slots[slot as usize].group_id;
-        let master = snap.master(gid).expect("owner has a master");
-        let pod = kb.shards().into_iter().flat_map(|s| s.pods).find(|p| p.server == master).expect("pod");
-        let _ = &addrs;
-        let redis = kb.redis(&pod.name).expect("volume");
-        let reply = redis.lock().unwrap().command(&["SET", &key, &format!("value-{i}")]);
-        assert!(reply.starts_with("+OK"), "SET {key} on {}: {reply}", pod.name);
-        written.insert(key, slot);
-    }
-    written
+/// Writes `n` keys through a codis-proxy's data port, as clients do; every write must be acknowledged.
+fn write_keys(kb: &KubeBlocks, prefix: &str, n: usize) -> Ledger {
+    let proxy = kb.proxy_data_addrs().into_iter().next().expect("a codis-proxy");
+    let ledger = Ledger::preload(&proxy, prefix, n).expect("write through the proxy");
+    assert_eq!(ledger.acked.len(), n, "[{}] every write acknowledged: {:?}", kb.line().chart_value(), ledger.errors);
+    ledger
 }
 
-/// Reads back every key written before, from the master owning its slot now. Keys whose slot moved are checked only
-/// once the double moves keys ([`DOUBLE_MOVES_KEYS`]); returns how many were checked.
-fn assert_keys_readable(kb: &KubeBlocks, written: &BTreeMap<String, u32>, owners_before: &[u32]) -> usize {
-    let codis = kb.codis().expect("codis");
-    let snap = codis.snapshot();
-    let mut checked = 0;
-    for (key, slot) in written {
-        let gid = snap.slots[*slot as usize].group_id;
-        if !DOUBLE_MOVES_KEYS && owners_before[*slot as usize] != gid {
-            continue;
-        }
-        let master = snap.master(gid).expect("owner has a master");
-        let pod = kb.shards().into_iter().flat_map(|s| s.pods).find(|p| p.server == master).expect("pod");
-        let redis = kb.redis(&pod.name).expect("volume");
-        let reply = redis.lock().unwrap().command(&["GET", key]);
-        if !reply.contains("value-") {
-            panic!(
-                "[{}] {key} (slot {slot}) lost from group {gid} (master {}): {reply:?}\n{}",
-                kb.line().chart_value(),
-                pod.name,
-                action_log(kb)
-            );
-        }
-        checked += 1;
-    }
-    checked
+/// Writes through every codis-proxy while `f` runs; returns `f`'s result and the acknowledged writes.
+fn writing_during<T>(kb: &KubeBlocks, prefix: &str, f: impl FnOnce() -> T) -> (T, Ledger) {
+    let opts = WorkloadOptions { prefix: prefix.to_owned(), ..WorkloadOptions::through(&kb.proxy_data_addrs()) };
+    let workload = Workload::start(opts);
+    let result = f();
+    (result, workload.stop())
 }
 
-fn owners(kb: &KubeBlocks) -> Vec<u32> {
-    kb.codis().expect("codis").snapshot().slots.iter().map(|s| s.group_id).collect()
+/// Every acknowledged key is still there: through each proxy and on the master owning its slot.
+fn assert_keys_readable(kb: &KubeBlocks, ledger: &Ledger) {
+    let line = kb.line().chart_value();
+    let codis = kb.codis().expect("codis");
+    let on_backends = ledger.verify_on_backends(&codis);
+    if !on_backends.is_clean() {
+        panic!(
+            "[{line}] acknowledged keys missing on the masters owning their slots: {}\n{}",
+            on_backends.summary(),
+            action_log(kb)
+        );
+    }
+    for proxy in kb.proxy_data_addrs() {
+        let through = ledger.verify_through(&proxy);
+        assert!(through.is_clean(), "[{line}] acknowledged keys missing through {proxy}: {}", through.summary());
+    }
 }
 
 /// Deletes the cluster; it must go (a deletion that would hang fails here) and leave no lock.
@@ -307,10 +265,10 @@ fn scale_out(line: Line) {
     let kb = install(line, "so");
     step(&kb, "create 2 shards", kb.create_cluster(2, 2));
     assert_converged(&kb, 2, 2);
-    let written = write_keys(&kb, 200);
-    let before = owners(&kb);
+    let written = write_keys(&kb, "before", 2000);
     let old: BTreeSet<String> = kb.shards().into_iter().map(|s| s.full).collect();
-    step(&kb, "scale out to 3 shards", kb.scale_shards(3));
+    let (scaled, during) = writing_during(&kb, "during", || kb.scale_shards(3));
+    step(&kb, "scale out to 3 shards", scaled);
     assert_converged(&kb, 3, 2);
     let new: Vec<String> = kb.shards().into_iter().map(|s| s.full).filter(|s| !old.contains(s)).collect();
     assert_eq!(new.len(), 1, "one new shard");
@@ -328,8 +286,14 @@ fn scale_out(line: Line) {
             );
         }
     }
-    let checked = assert_keys_readable(&kb, &written, &before);
-    eprintln!("[{}] scale-out: {checked}/{} keys checked readable", line.chart_value(), written.len());
+    assert_keys_readable(&kb, &written);
+    assert_keys_readable(&kb, &during);
+    eprintln!(
+        "[{}] scale-out: {} keys before, {} acknowledged during",
+        line.chart_value(),
+        written.acked.len(),
+        during.acked.len()
+    );
     delete(&kb);
 }
 
@@ -337,10 +301,10 @@ fn scale_in(line: Line, from: u32, to: u32) {
     let kb = install(line, &format!("si{from}{to}"));
     step(&kb, &format!("create {from} shards"), kb.create_cluster(from, 2));
     assert_converged(&kb, from as usize, 2);
-    let written = write_keys(&kb, 300);
-    let before = owners(&kb);
+    let written = write_keys(&kb, "before", 2000);
     let groups_before = groups_by_shard(&kb);
-    step(&kb, &format!("scale in to {to} shard(s)"), kb.scale_shards(to));
+    let (scaled, during) = writing_during(&kb, "during", || kb.scale_shards(to));
+    step(&kb, &format!("scale in to {to} shard(s)"), scaled);
     assert_converged(&kb, to as usize, 2);
     let remaining: BTreeSet<String> = kb.shards().into_iter().map(|s| s.short).collect();
     let removed: Vec<&String> = groups_before.keys().filter(|s| !remaining.contains(*s)).collect();
@@ -360,8 +324,14 @@ fn scale_in(line: Line, from: u32, to: u32) {
         };
         assert!(drained, "[{}] {short} was drained by its scale-in action", line.chart_value());
     }
-    let checked = assert_keys_readable(&kb, &written, &before);
-    eprintln!("[{}] scale-in {from}->{to}: {checked}/{} keys checked readable", line.chart_value(), written.len());
+    assert_keys_readable(&kb, &written);
+    assert_keys_readable(&kb, &during);
+    eprintln!(
+        "[{}] scale-in {from}->{to}: {} keys before, {} acknowledged during",
+        line.chart_value(),
+        written.acked.len(),
+        during.acked.len()
+    );
     delete(&kb);
 }
 
@@ -391,17 +361,17 @@ fn rolling_restart(line: Line) {
     let kb = install(line, "rr");
     step(&kb, "create 2 shards of 3", kb.create_cluster(2, 3));
     assert_converged(&kb, 2, 3);
-    let written = write_keys(&kb, 100);
-    let before = owners(&kb);
+    let written = write_keys(&kb, "before", 1000);
     let promotes_before = promotes(&kb);
-    step(&kb, "rolling restart", kb.rolling_restart());
+    let (restarted, during) = writing_during(&kb, "during", || kb.rolling_restart());
+    step(&kb, "rolling restart", restarted);
     assert_converged(&kb, 2, 3);
     let moved = promotes(&kb) - promotes_before;
     assert!(moved <= 2, "[{}] at most one master transfer per shard, saw {moved}", line.chart_value());
     let switchovers = runs(&kb, "switchover").len();
     assert_eq!(switchovers, 6, "switchover before each of the 6 pod recreations");
-    let checked = assert_keys_readable(&kb, &written, &before);
-    assert_eq!(checked, written.len(), "no slot moved, so every key is checked");
+    assert_keys_readable(&kb, &written);
+    assert_keys_readable(&kb, &during);
     delete(&kb);
 }
 
@@ -415,9 +385,13 @@ fn switchover(line: Line) {
     let master = codis.snapshot().master(gid).expect("master").to_owned();
     let from = shard.pods.iter().find(|p| p.server == master).expect("master pod").clone();
     let to = shard.pods.iter().find(|p| p.server != master).expect("a replica").clone();
-    step(&kb, "switchover OpsRequest", kb.switchover(&shard.full, &from.name, &to.name));
+    let written = write_keys(&kb, "before", 1000);
+    let (switched, during) = writing_during(&kb, "during", || kb.switchover(&shard.full, &from.name, &to.name));
+    step(&kb, "switchover OpsRequest", switched);
     assert_eq!(codis.snapshot().master(gid), Some(to.server.as_str()), "the candidate is Codis' master");
     assert_converged(&kb, 2, 2);
+    assert_keys_readable(&kb, &written);
+    assert_keys_readable(&kb, &during);
     delete(&kb);
 }
 
@@ -460,8 +434,7 @@ fn removed_while_registering(line: Line) {
     let kb = KubeBlocks::install(opts).expect("install");
     step(&kb, "create 2 shards", kb.create_cluster(2, 2));
     assert_converged(&kb, 2, 2);
-    let written = write_keys(&kb, 200);
-    let before = owners(&kb);
+    let written = write_keys(&kb, "before", 2000);
     // The new shard sorts last, so the scale-in removes it.
     kb.choose_next_shard_suffixes(&["zzz"]);
     kb.request_shards(3);
@@ -495,8 +468,7 @@ fn removed_while_registering(line: Line) {
             "KubeBlocks 1.1 runs no shardRemove for a shard whose shardAdd never succeeded: {removes:?}"
         );
     }
-    let checked = assert_keys_readable(&kb, &written, &before);
-    eprintln!("[{}] removed while registering: {checked}/{} keys checked readable", line.chart_value(), written.len());
+    assert_keys_readable(&kb, &written);
     delete(&kb);
 }
 
@@ -506,8 +478,7 @@ fn rolling_restart_with_failed_switchover(line: Line) {
     let kb = install(line, "rf");
     step(&kb, "create 2 shards of 3", kb.create_cluster(2, 3));
     assert_converged(&kb, 2, 3);
-    let written = write_keys(&kb, 100);
-    let before = owners(&kb);
+    let written = write_keys(&kb, "before", 1000);
     let codis = kb.codis().expect("codis");
     codis.fail_next_on("/api/topom/group/promote", 1, testbed::Fault::Status500);
     step(&kb, "rolling restart", kb.rolling_restart());
@@ -519,8 +490,7 @@ fn rolling_restart_with_failed_switchover(line: Line) {
         "the master's switchover failed once (the fault was hit): {:?}",
         runs(&kb, "switchover")
     );
-    let checked = assert_keys_readable(&kb, &written, &before);
-    assert_eq!(checked, written.len(), "every key still on its shard's master");
+    assert_keys_readable(&kb, &written);
     delete(&kb);
 }
 

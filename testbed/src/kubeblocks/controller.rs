@@ -250,6 +250,10 @@ impl Inner {
             let mut warning = None;
             if let Some(st) = w.keys.get_mut(key) {
                 st.last_next = format!("{next:?}");
+                st.note(match &next {
+                    Next::Error(e) | Next::Retry(_, e) => Some(e.as_str()),
+                    Next::Idle | Next::After(_) => None,
+                });
                 match &next {
                     Next::Idle => st.backoff.forget(),
                     Next::After(d) => {
@@ -1581,10 +1585,13 @@ impl Inner {
                     let pod = format!("{}-{i}", comp.full);
                     let fqdn = vars::pod_fqdn(&ns, &comp.full, &pod, &self.settings.cluster_domain);
                     let admin = format!("{fqdn}:{admin_port}");
+                    // The proxy dials the pods by their registered addresses, through the emulated network.
+                    let overrides = lock(&self.servers).values().cloned().collect();
                     let proxy = ProxyDouble::start_with(ProxyOptions {
                         auth: password.clone().unwrap_or_default(),
                         admin_addr: Some(admin.clone()),
                         proxy_addr: format!("{fqdn}:{data_port}"),
+                        overrides,
                         ..ProxyOptions::new(&cluster)
                     });
                     if let Some(codis) = &codis {
@@ -1803,8 +1810,14 @@ impl Inner {
         let server = format!("{fqdn}:{port}");
         let real = lock(&volume).addr();
         lock(&self.servers).insert(name.clone(), (server.clone(), real.clone()));
-        if let Some(codis) = lock(&self.backing).codis.clone() {
-            codis.set_override(&server, &real);
+        {
+            let backing = lock(&self.backing);
+            if let Some(codis) = &backing.codis {
+                codis.set_override(&server, &real);
+            }
+            for (_, proxy) in &backing.proxies {
+                proxy.set_override(&server, &real);
+            }
         }
         let incarnation = pod.incarnation;
         {

@@ -27,8 +27,8 @@
 //!   volume mount is the server's directory and `pika.conf` there is the server's `redis.conf`;
 //! - the **components whose workloads are not pika** are stand-ins: etcd is one real etcd, codis-dashboard the
 //!   Codis double (product = cluster name, `product_auth` = its system account's password), codis-proxy one proxy
-//!   double per replica, onlined on start and removed on deletion as the chart's scripts do, codis-fe nothing; their
-//!   own lifecycle actions are not run;
+//!   double per replica (its RESP data port routes to the pods; [`KubeBlocks::proxy_data_addrs`]), onlined on start
+//!   and removed on deletion as the chart's scripts do, codis-fe nothing; their own lifecycle actions are not run;
 //! - the **cluster network**: a var resolving to a Service address (`<svc>:<port>`) reaches the process rewritten to
 //!   the loopback address of the stand-in serving it;
 //! - the **API server** is a minimal plain-HTTP one ([`api`]) at `KUBE_API_URL` (a test-only variable).
@@ -470,6 +470,17 @@ impl KubeBlocks {
                     drop(w);
                     return Err(self.stuck(what, started.elapsed(), &fatal));
                 }
+                let hopeless =
+                    w.keys.iter().find_map(|(k, st)| st.never_progresses().map(|f| (k.clone(), f.to_owned())));
+                if let Some((key, failure)) = hopeless {
+                    drop(w);
+                    let why = format!(
+                        "hung: {key:?} failed {} times in a row with the same error, which KubeBlocks would retry \
+                         forever: {failure}",
+                        world::HOPELESS_STREAK
+                    );
+                    return Err(self.stuck(what, started.elapsed(), &why));
+                }
             }
             if started.elapsed() > deadline {
                 return Err(self.stuck(
@@ -538,6 +549,11 @@ impl KubeBlocks {
     /// The Codis dashboard double, once codis-dashboard exists.
     pub fn codis(&self) -> Option<Arc<CodisDouble>> {
         lock(&self.inner.backing).codis.clone()
+    }
+
+    /// The data ports of the codis-proxy stand-ins (where clients write), once codis-proxy exists.
+    pub fn proxy_data_addrs(&self) -> Vec<String> {
+        lock(&self.inner.backing).proxies.iter().map(|(_, p)| p.data_addr()).collect()
     }
 
     /// The etcd endpoint, once etcd exists.

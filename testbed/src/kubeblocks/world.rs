@@ -218,6 +218,33 @@ pub struct KeyState {
     pub last_next: String,
     /// Reconciles so far.
     pub reconciles: u64,
+    /// The last failure and how many reconciles in a row ended with exactly it.
+    pub streak: Option<(String, u32)>,
+}
+
+/// How many identical refusals in a row mean a key will never progress (see [`KeyState::never_progresses`]).
+pub const HOPELESS_STREAK: u32 = 15;
+
+impl KeyState {
+    /// Records how a reconcile ended for the streak of identical failures.
+    pub fn note(&mut self, failure: Option<&str>) {
+        self.streak = match (failure, self.streak.take()) {
+            (None, _) => None,
+            (Some(f), Some((last, n))) if last == f => Some((last, n + 1)),
+            (Some(f), _) => Some((f.to_owned(), 1)),
+        };
+    }
+
+    /// The failure this key keeps hitting without any change, when it is one KubeBlocks would retry forever to no
+    /// avail: a refusal of bad input (exit 2: nothing changes between runs) or vars that do not resolve, repeated
+    /// [`HOPELESS_STREAK`] times in a row.
+    pub fn never_progresses(&self) -> Option<&str> {
+        let (failure, n) = self.streak.as_ref()?;
+        let permanent = failure.contains("exit code: 2,")
+            || failure.contains("when resolving vars")
+            || failure.contains("to resolve vars");
+        (*n >= HOPELESS_STREAK && permanent).then_some(failure.as_str())
+    }
 }
 
 /// One KubeBlocks Warning event (what `kubectl describe` would show on the object).
@@ -410,5 +437,35 @@ impl World {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_same_permanent_failure_repeated_is_hopeless() {
+        let mut st = KeyState::default();
+        let refusal = "action: postProvision, error: exit code: 2, stderr: invalid input: X";
+        for _ in 0..HOPELESS_STREAK - 1 {
+            st.note(Some(refusal));
+        }
+        assert_eq!(st.never_progresses(), None);
+        st.note(Some(refusal));
+        assert_eq!(st.never_progresses(), Some(refusal));
+        // Progress (exit 75 with another count) or a success breaks the streak.
+        st.note(Some("action: shardRemove, error: exit code: 75, stderr: drain in progress: 3/512"));
+        assert_eq!(st.never_progresses(), None);
+        for _ in 0..HOPELESS_STREAK * 2 {
+            st.note(Some("precondition failed: runtime is not ready"));
+        }
+        assert_eq!(st.never_progresses(), None, "waiting for readiness is not hopeless");
+        for _ in 0..HOPELESS_STREAK {
+            st.note(Some("resolving vars from Component object  error: insufficient component objects to resolve vars, expected: 2, actual: 3"));
+        }
+        assert!(st.never_progresses().is_some());
+        st.note(None);
+        assert_eq!(st.streak, None);
     }
 }
