@@ -1,5 +1,14 @@
 //! The emulated API server's objects (Cluster, Components, InstanceSets, Pods), what each controller's workqueue
 //! knows about a key, and the JSON the minimal API serves for them.
+//!
+//! Emulated: the fields KubeBlocks' decisions read (phases, deletion timestamps, the post-provision/pre-terminate/
+//! scale-in/sharding-add annotations, the InstanceSet's replicas status and revisions, pod readiness and role
+//! labels) and the labels and status fields the binary reads through the API (`app.kubernetes.io/instance`,
+//! `apps.kubeblocks.io/component-name`, `kubeblocks.io/role`, `controller-revision-hash`, `updateRevision`,
+//! `currentRevision`, `updateRevisions`, `deletionTimestamp`).
+//!
+//! Does NOT model: resource versions, owner references, finalizers, conditions, Services/Secrets/ConfigMaps/PVCs
+//! as objects, timestamps (a deletion timestamp is a fixed instant).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
