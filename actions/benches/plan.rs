@@ -19,7 +19,7 @@ fn balanced(n: usize, holders: &[u32]) -> Vec<SlotState> {
     holders
         .iter()
         .enumerate()
-        .flat_map(|(i, &gid)| std::iter::repeat(SlotState::owned(gid)).take(q + usize::from(i < r)))
+        .flat_map(|(i, &gid)| std::iter::repeat_n(SlotState::owned(gid), q + usize::from(i < r)))
         .collect()
 }
 

@@ -49,7 +49,11 @@ impl Budget {
 
     /// `Err(InProgress)` with the progress text once the budget is used up.
     pub fn check(&self, progress: impl FnOnce() -> String) -> Result<()> {
-        if self.expired() { Err(Error::InProgress { progress: progress() }) } else { Ok(()) }
+        if self.expired() {
+            Err(Error::InProgress { progress: progress() })
+        } else {
+            Ok(())
+        }
     }
 
     /// `wanted`, but no longer than what is left (for timeouts of single calls).

@@ -3,8 +3,9 @@
 use clap::{Args, Parser, Subcommand};
 
 use crate::vars::{
-    AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars, LegacyVars,
-    PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars, VarMap,
+    AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars,
+    LegacyVars, PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars,
+    VarMap,
 };
 
 /// KubeBlocks lifecycle actions for Pika sharded behind Codis.
@@ -54,8 +55,26 @@ macro_rules! action_args {
 
 action_args!(
     /// Variables of `post-provision`.
-    PostProvisionArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, legacy: LegacyVars, run: RunVars }
+    PostProvisionVars { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, legacy: LegacyVars, kube: KubeVars, run: RunVars }
 );
+
+/// Arguments of `post-provision`: its variables and whether only this shard is registered.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PostProvisionArgs {
+    /// Register only this shard (SHARD_NAME, SHARD_POD_FQDNS) as a Codis group and move no slot: the component
+    /// postProvision of the 1.1 chart, beside the ShardingDefinition's, which registers every shard
+    #[arg(long)]
+    pub own_shard: bool,
+    #[allow(missing_docs)]
+    #[command(flatten)]
+    pub vars: PostProvisionVars,
+}
+
+impl Collect for PostProvisionArgs {
+    fn collect(&self, into: &mut VarMap) {
+        self.vars.collect(into);
+    }
+}
 action_args!(
     /// Variables of `shard-add`.
     ShardAddArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, add: AddShardVars, run: RunVars }
@@ -66,7 +85,7 @@ action_args!(
 );
 action_args!(
     /// Variables of `pre-terminate`.
-    PreTerminateArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, legacy: LegacyVars, scaling_in: ScalingInVars, run: RunVars }
+    PreTerminateArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, legacy: LegacyVars, scaling_in: ScalingInVars, kube: KubeVars, run: RunVars }
 );
 action_args!(
     /// Variables of `member-join`.
@@ -102,7 +121,9 @@ pub enum Action {
     ShardAdd(ShardAddArgs),
     /// Drain every slot of KB_REMOVE_SHARD_NAME to the other shards, then remove its servers and group (1.1+).
     ShardRemove(ShardRemoveArgs),
-    /// 1.0.x: drain and remove this shard when KB_CLUSTER_COMPONENT_IS_SCALING_IN=true; nothing on cluster deletion.
+    /// A shard's component is being deleted: drain and remove it from Codis when the cluster stays (1.0.x:
+    /// KB_CLUSTER_COMPONENT_IS_SCALING_IN=true; 1.1+: the Cluster is not being deleted and the group still holds or
+    /// receives slots); nothing on cluster deletion.
     PreTerminate(PreTerminateArgs),
     /// Add the new pod to its shard's Codis group as a replica of the current master.
     MemberJoin(MemberJoinArgs),
@@ -134,6 +155,15 @@ impl Action {
             Self::RoleProbe(_) => "role-probe",
             Self::Rejoin(_) => "rejoin",
             Self::Topology(_) => "topology",
+        }
+    }
+
+    /// The command-line options given (by name without `--`), which templates read with `option(name=...)`.
+    #[must_use]
+    pub fn options(&self) -> Vec<&'static str> {
+        match self {
+            Self::PostProvision(a) if a.own_shard => vec!["own-shard"],
+            _ => Vec::new(),
         }
     }
 

@@ -155,10 +155,17 @@ pub enum Event {
         common: Common,
         /// The shard the action runs in (on 1.0.x: the shard being provisioned).
         shard: Shard,
-        /// Every shard of the cluster.
+        /// Every shard of the cluster (empty with `own_shard`).
         shards: Vec<Shard>,
         /// 1.0.x component lists.
         legacy: Option<Legacy>,
+        /// `--own-shard`: register only `shard` and move no slot.
+        #[serde(default)]
+        own_shard: bool,
+        /// 1.0.x: a plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster
+        /// API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kube_api: Option<String>,
     },
     /// `shard-add`.
     ShardAdd {
@@ -191,12 +198,16 @@ pub enum Event {
         common: Common,
         /// The shard being terminated.
         shard: Shard,
-        /// Every shard of the cluster (empty on cluster deletion).
+        /// Every shard of the cluster (on 1.0.x, empty on cluster deletion).
         shards: Vec<Shard>,
-        /// 1.0.x component lists.
-        legacy: Legacy,
-        /// Whether the number of shards decreased (drain) rather than the cluster being deleted.
-        scaling_in: bool,
+        /// 1.0.x component lists; `None` on 1.1+.
+        legacy: Option<Legacy>,
+        /// 1.0.x: whether the number of shards decreased (drain) rather than the cluster being deleted; `None` on
+        /// 1.1+, where the Cluster object says whether it is being deleted.
+        scaling_in: Option<bool>,
+        /// 1.1+: a plain-http Kubernetes API proxy to read the Cluster from instead of the in-cluster API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kube_api: Option<String>,
     },
     /// `member-join`.
     MemberJoin {
@@ -338,10 +349,15 @@ impl Event {
             }
         }
         match self {
-            Self::PostProvision { shard, shards, .. } => {
+            Self::PostProvision { shard, shards, own_shard, kube_api, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
-                check_shards(cluster, shards)?;
-                require_listed(shard, shards, vars::SHARD_NAME)?;
+                if !own_shard {
+                    check_shards(cluster, shards)?;
+                    require_listed(shard, shards, vars::SHARD_NAME)?;
+                }
             }
             Self::ShardAdd { shard, shards, added, .. } => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
@@ -359,10 +375,20 @@ impl Event {
                 check_shards(cluster, shards)?;
                 check_shard_name(cluster, removed, vars::KB_REMOVE_SHARD_NAME)?;
             }
-            Self::PreTerminate { shard, shards, scaling_in, .. } => {
+            Self::PreTerminate { shard, shards, legacy, scaling_in, kube_api, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
-                if *scaling_in {
+                // 1.0.x gives the shards only when scaling in; 1.1+ always (a drain may be needed).
+                if scaling_in.unwrap_or(true) {
                     check_shards(cluster, shards)?;
+                }
+                if common.kubeblocks == KbLine::V1_0 && (legacy.is_none() || scaling_in.is_none()) {
+                    return Err(Error::invalid(
+                        "template",
+                        "a 1.0.x pre-terminate event needs the legacy component lists and the scaling-in flag",
+                    ));
                 }
             }
             Self::MemberJoin { shard, member, .. } => {

@@ -24,7 +24,8 @@ mod armed {
 
     pub(super) fn step(what: &str) {
         // Read here rather than in `vars`: this hook exists only in test builds.
-        let crash_at = *CRASH_AT.get_or_init(|| std::env::var("PIKA_ACTION_CRASH_AT").ok().and_then(|v| v.parse().ok()));
+        let crash_at =
+            *CRASH_AT.get_or_init(|| std::env::var("PIKA_ACTION_CRASH_AT").ok().and_then(|v| v.parse().ok()));
         let n = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
         if crash_at == Some(n) {
             eprintln!("crash point {n}: aborting before {what}");

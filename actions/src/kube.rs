@@ -72,6 +72,17 @@ pub enum Error {
         #[source]
         source: Box<::kube::Error>,
     },
+    /// Reading the Cluster object failed (other than "not found").
+    #[error("kubernetes api: cannot read cluster {namespace}/{name}")]
+    GetCluster {
+        /// The namespace.
+        namespace: String,
+        /// The Cluster.
+        name: String,
+        /// The API's answer.
+        #[source]
+        source: Box<::kube::Error>,
+    },
     /// Creating an event failed.
     #[error("kubernetes api: cannot record event {reason} on {kind} {namespace}/{name}")]
     RecordEvent {
@@ -181,6 +192,35 @@ pub fn component_short_name<'a>(cluster: &str, component_full_name: &'a str) -> 
         .ok_or_else(|| Error::ComponentName { cluster: cluster.to_owned(), component: component_full_name.to_owned() })
 }
 
+/// What the Cluster object says about the cluster's fate and shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterFacts {
+    /// `metadata.deletionTimestamp` is set: the whole cluster is being deleted.
+    pub deleting: bool,
+    /// `spec.shardings[].shards` by sharding name: how many shards each sharding is meant to have.
+    pub shards: BTreeMap<String, u32>,
+}
+
+impl ClusterFacts {
+    fn from_object(cluster: &DynamicObject) -> Self {
+        let shards = cluster
+            .data
+            .pointer("/spec/shardings")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|s| {
+                        let name = s.get("name")?.as_str()?.to_owned();
+                        let count = u32::try_from(s.get("shards")?.as_u64()?).ok()?;
+                        Some((name, count))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { deleting: cluster.metadata.deletion_timestamp.is_some(), shards }
+    }
+}
+
 /// The object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRef {
@@ -216,6 +256,17 @@ fn instance_set_resource() -> ApiResource {
         api_version: "workloads.kubeblocks.io/v1".into(),
         kind: "InstanceSet".into(),
         plural: "instancesets".into(),
+    }
+}
+
+/// The KubeBlocks Cluster, read untyped: its deletion mark and shard counts are all that is needed.
+fn cluster_resource() -> ApiResource {
+    ApiResource {
+        group: "apps.kubeblocks.io".into(),
+        version: "v1".into(),
+        api_version: "apps.kubeblocks.io/v1".into(),
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
     }
 }
 
@@ -259,6 +310,31 @@ impl Kube {
             Ok(client) => Some(Kube { client, namespace, timeout }),
             Err(e) => {
                 tracing::debug!("no kubernetes api: cannot build the client ({e})");
+                None
+            }
+        }
+    }
+
+    /// The client of `url` when given (a plain-http API proxy such as `kubectl proxy`, used unauthenticated), else
+    /// the in-cluster one; [`None`] when neither can be built (why is logged).
+    pub async fn reachable(url: Option<&str>, namespace: &str, timeout: Duration) -> Option<Kube> {
+        let Some(url) = url else { return Self::in_cluster(timeout).await };
+        let uri = match url.parse() {
+            Ok(uri) => uri,
+            Err(e) => {
+                tracing::warn!(url, error = %e, "KUBE_API_URL is not a url");
+                return None;
+            }
+        };
+        let mut config = ::kube::Config::new(uri);
+        config.default_namespace = namespace.to_owned();
+        config.connect_timeout = Some(timeout);
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+        match ::kube::Client::try_from(config) {
+            Ok(client) => Some(Kube::from_client(client, namespace).with_timeout(timeout)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build a client for KUBE_API_URL");
                 None
             }
         }
@@ -318,6 +394,19 @@ impl Kube {
             source: Box::new(source),
         })?;
         Ok(found.map(|its| its.data.get("status").map(Revisions::from_status).unwrap_or_default()))
+    }
+
+    /// The Cluster `name` (`GET /apis/apps.kubeblocks.io/v1/namespaces/{namespace}/clusters/{name}`); [`None`]
+    /// when it does not exist (any more).
+    pub async fn cluster(&self, namespace: &str, name: &str) -> Result<Option<ClusterFacts>, Error> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &cluster_resource());
+        let found = self.bounded("read cluster", || format!("{namespace}/{name}"), api.get_opt(name)).await?;
+        let found = found.map_err(|source| Error::GetCluster {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(source),
+        })?;
+        Ok(found.as_ref().map(ClusterFacts::from_object))
     }
 
     /// Records a core/v1 Event about `involved` in `namespace`, `Warning` or `Normal`.

@@ -245,6 +245,33 @@ pub fn drain(slots: &[SlotState], leaving: u32, remaining: &[u32]) -> Result<Pla
     rebalance(slots, remaining)
 }
 
+/// What can start now when in-flight actions stand in the way of a [`rebalance`] ([`PlanError::InFlightToLeavingGroup`],
+/// [`PlanError::PinnedOverQuota`]): every action is taken as done (its slot owned by its target), the rest is
+/// planned as usual, and only the work on slots that have no action is kept. Also returns the slots whose work
+/// had to wait (in flight now, to move again once landed), ascending.
+///
+/// So Codis is handed everything but the few slots still in flight and keeps migrating while those finish, instead
+/// of idling until the next plan; once they have landed, a [`rebalance`] plans them (the kept moves are then in
+/// flight and never fill a group beyond the size this plan gave it, so that plan succeeds).
+///
+/// # Errors
+///
+/// As [`rebalance`], except the two in-flight errors, which cannot arise once every action counts as done.
+pub fn around_in_flight(slots: &[SlotState], targets: &[u32]) -> Result<(Plan, Vec<u32>), PlanError> {
+    let settled: Vec<SlotState> =
+        slots.iter().map(|s| SlotState { owner: s.settled_owner(), in_flight_target: None }).collect();
+    let mut plan = rebalance(&settled, targets)?;
+    let idle = |slot: u32| slots.get(slot as usize).is_some_and(|s| s.in_flight_target.is_none());
+    let deferred: Vec<u32> = plan.moves.iter().map(|m| m.slot).filter(|&slot| !idle(slot)).collect();
+    plan.moves.retain(|m| idle(m.slot));
+    plan.assign.retain(|&(slot, _)| idle(slot));
+    let (rounds, critical_path) = schedule(&plan.moves);
+    plan.rounds = rounds;
+    plan.critical_path = critical_path;
+    plan.lower_bound = plan.lower_bound.min(critical_path);
+    Ok((plan, deferred))
+}
+
 impl Plan {
     /// True when there is nothing to start: once the in-flight actions finish, every slot sits in a balanced
     /// target group.
@@ -766,7 +793,7 @@ mod tests {
         holders
             .iter()
             .zip(sizes)
-            .flat_map(|(&g, &s)| std::iter::repeat(Some(g)).take(s))
+            .flat_map(|(&g, &s)| std::iter::repeat_n(Some(g), s))
             .chain(std::iter::repeat(None))
             .take(n)
             .collect()
@@ -1041,6 +1068,70 @@ mod tests {
             t.swap(i, dice.below(i + 1));
         }
         t
+    }
+
+    // ---------------------------------------------------------------------------------------------------------------
+    // Planning around in-flight actions that rule out a balanced plan.
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn work_around_in_flight_actions_starts_only_on_idle_slots_and_the_plan_after_them_succeeds(t in topology()) {
+            let Ok((partial, deferred)) = around_in_flight(&t.slots, &t.targets) else {
+                return Ok(());
+            };
+            let busy = |slot: u32| t.slots[slot as usize].in_flight_target.is_some();
+            for m in &partial.moves {
+                prop_assert!(!busy(m.slot), "move of slot {} that has an action", m.slot);
+                prop_assert_eq!(Some(m.from), t.slots[m.slot as usize].owner);
+            }
+            for &(slot, _) in &partial.assign {
+                prop_assert!(!busy(slot), "assignment of slot {} that has an action", slot);
+            }
+            prop_assert!(deferred.iter().all(|&slot| busy(slot)));
+            // The in-flight actions land while the started work is still in flight: a plan can then be made.
+            let after: Vec<SlotState> = t
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let slot = i as u32;
+                    if s.in_flight_target.is_some() {
+                        SlotState::owned(s.in_flight_target.unwrap_or(0))
+                    } else if let Some(m) = partial.moves.iter().find(|m| m.slot == slot) {
+                        SlotState::migrating(s.owner, m.to)
+                    } else if let Some(&(_, to)) = partial.assign.iter().find(|(a, _)| *a == slot) {
+                        SlotState::owned(to)
+                    } else {
+                        *s
+                    }
+                })
+                .collect();
+            let next = rebalance(&after, &t.targets);
+            prop_assert!(next.is_ok(), "the plan after the in-flight actions landed is refused: {:?}", next.err());
+            let next = next.unwrap_or_default();
+            let sizes = final_sizes(&after, &t.targets, &next)?;
+            balanced(&sizes)?;
+            // Only the deferred slots are left to move, or none at all when the table was feasible.
+            prop_assert!(next.moves.len() <= deferred.len(), "{} moves after, {} deferred", next.moves.len(), deferred.len());
+        }
+    }
+
+    #[test]
+    fn a_slot_arriving_in_the_leaving_group_holds_back_only_itself() {
+        // Group 3 leaves; slot 0 is migrating into it from group 1. The strict plan refuses; around it, every other
+        // slot of group 3 goes now, and slot 0 is deferred.
+        let mut slots = vec![SlotState::owned(1); 4];
+        slots.extend([SlotState::owned(2); 4]);
+        slots.extend([SlotState::owned(3); 4]);
+        slots[0] = SlotState::migrating(Some(1), 3);
+        assert!(matches!(drain(&slots, 3, &[1, 2]), Err(PlanError::InFlightToLeavingGroup { slot: 0, gid: 3 })));
+        let (plan, deferred) = around_in_flight(&slots, &[1, 2]).unwrap();
+        assert_eq!(deferred, [0]);
+        let moved: Vec<u32> = plan.moves.iter().map(|m| m.slot).collect();
+        assert_eq!(moved, [8, 9, 10, 11]);
+        assert!(plan.moves.iter().all(|m| m.from == 3));
     }
 
     // ---------------------------------------------------------------------------------------------------------------
@@ -1380,7 +1471,7 @@ mod tests {
         // Groups 0 and 1 each hold 3 too many; 2 and 3 each lack 3: two disjoint pairs, so 3 rounds, not 6.
         let sizes = [(gid(0), 7), (gid(1), 7), (gid(2), 1), (gid(3), 1)];
         let slots: Vec<SlotState> =
-            sizes.iter().flat_map(|&(g, n)| std::iter::repeat(SlotState::owned(g)).take(n)).collect();
+            sizes.iter().flat_map(|&(g, n)| std::iter::repeat_n(SlotState::owned(g), n)).collect();
         let plan = rebalance(&slots, &[gid(0), gid(1), gid(2), gid(3)]).unwrap();
         assert_eq!((plan.moves.len(), plan.critical_path, plan.rounds.len()), (6, 3, 3));
         assert!(plan.rounds.iter().all(|r| r.len() == 2));
@@ -1437,7 +1528,7 @@ mod tests {
 
     #[test]
     fn in_flight_actions_past_a_groups_share_block_the_plan() {
-        let to = |g: u32, n: usize| std::iter::repeat(SlotState::migrating(None, g)).take(n);
+        let to = |g: u32, n: usize| std::iter::repeat_n(SlotState::migrating(None, g), n);
         // 4 slots over 2 groups: nobody may hold 3.
         let slots: Vec<SlotState> = to(gid(0), 3).chain([SlotState::offline()]).collect();
         assert_eq!(

@@ -4,29 +4,56 @@
 //! runs its own postProvision, in any order and possibly at once; each registers its own shard, and whichever finds
 //! every shard of the cluster registered assigns the slots (on a fresh cluster) or moves slots onto the new shard
 //! (a shard joining an existing cluster). The topology lock serialises them, so they converge in any order.
+//!
+//! On 1.0.x `ALL_SHARDS_POD_FQDNS` names the shard components that exist (a deleting one included), and the legacy
+//! `KB_CLUSTER_COMPONENT_*` lists name the same Component objects by short name, with the deleting ones apart: a
+//! shard whose Component KubeBlocks has not created yet is in neither. So "every shard" is the listed shards that are
+//! not deleting, and on a fresh cluster the slots also wait for the Cluster's `spec.shardings[].shards` when the
+//! Kubernetes API answers ([`bootstrap_waits`]).
+//!
+//! `--own-shard` (the 1.1 chart's component postProvision, on either line) registers this shard alone and moves no
+//! slot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use crate::cluster::{self, release, Session};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::event::{Event, Legacy, Shard};
+use crate::event::{Common, Event, Legacy, Shard};
+use crate::kube::Kube;
 use crate::rebalance;
 use crate::register;
 
+/// Longest the Cluster object may take to read; past that its shard count is not known.
+const KUBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Runs the action.
 pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::PostProvision { shard, shards, legacy, .. } = &ctx.event else {
+    let Event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = &ctx.event else {
         return Err(Error::Refused("post-provision got another action's event".into()));
+    };
+    let desired = match (legacy, own_shard) {
+        (Some(_), false) => desired_shards(ctx, common, &shard.name, kube_api.as_deref()).await,
+        _ => None,
     };
     let s = Session::open(ctx).await?;
     let mut lock = s.lock_topology().await?;
     let result = match legacy {
+        _ if *own_shard => provision_own(&s, shard).await,
         None => provision_all(&s, shards).await,
-        Some(legacy) => provision_one(&s, shard, shards, legacy).await,
+        Some(legacy) => provision_one(&s, shard, shards, legacy, desired).await,
     };
     release(&mut lock).await;
     result
+}
+
+async fn provision_own(s: &Session<'_>, shard: &Shard) -> Result<String> {
+    let reg = register::ensure_shard(s, shard, &shard.pods).await?;
+    Ok(format!(
+        "{} registered as group {} (master {}); no slot moved (--own-shard: the sharding's actions place the slots)",
+        shard.name, reg.gid, reg.master
+    ))
 }
 
 async fn provision_all(s: &Session<'_>, shards: &[Shard]) -> Result<String> {
@@ -38,35 +65,135 @@ async fn provision_all(s: &Session<'_>, shards: &[Shard]) -> Result<String> {
     finish(s, &groups).await
 }
 
-async fn provision_one(s: &Session<'_>, shard: &Shard, shards: &[Shard], legacy: &Legacy) -> Result<String> {
+async fn provision_one(
+    s: &Session<'_>,
+    shard: &Shard,
+    shards: &[Shard],
+    legacy: &Legacy,
+    desired: Option<u32>,
+) -> Result<String> {
     let reg = register::ensure_shard(s, shard, &shard.pods).await?;
     let stats = s.stats().await?;
-    // Shards being deleted take no slots; KB_CLUSTER_COMPONENT_DELETING_LIST holds short names.
     let cluster = &s.common.cluster.name;
-    let live: Vec<&Shard> =
-        shards.iter().filter(|sh| !legacy.deleting.iter().any(|d| sh.name == format!("{cluster}-{d}"))).collect();
+    let deleting: BTreeSet<String> = legacy.deleting.iter().map(|d| format!("{cluster}-{d}")).collect();
+    // A shard being deleted keeps its slots until its own pre-terminate has drained them; balancing around it now
+    // would move them twice (or fight the drain).
+    if let Some((name, g)) = shards
+        .iter()
+        .filter(|sh| deleting.contains(&sh.name))
+        .find_map(|sh| cluster::group_of_shard(&stats, &sh.name).map(|g| (&sh.name, g)))
+        .filter(|(_, g)| !stats.slots_of(g.id).is_empty() || !stats.slots_targeting(g.id).is_empty())
+    {
+        return Err(Error::InProgress {
+            progress: format!(
+                "registered {} as group {}; {name} (group {}) is being deleted and its drain has not finished: the \
+                 slots are balanced once it has",
+                shard.name, reg.gid, g.id
+            ),
+        });
+    }
+    let live: Vec<&Shard> = shards.iter().filter(|sh| !deleting.contains(&sh.name)).collect();
     let mut groups = BTreeMap::new();
-    let mut waiting = Vec::new();
+    let mut registered = BTreeSet::new();
     for sh in &live {
-        match cluster::group_of_shard(&stats, &sh.name) {
-            Some(g) => {
-                groups.insert(sh.name.clone(), g.id);
-            }
-            None => waiting.push(sh.name.clone()),
+        if let Some(g) = cluster::group_of_shard(&stats, &sh.name) {
+            groups.insert(sh.name.clone(), g.id);
+            registered.insert(sh.name.clone());
         }
     }
     let fresh = stats.slots.iter().all(|sl| sl.group_id == 0 && sl.is_idle());
-    if fresh && !waiting.is_empty() {
-        // Bootstrap: assigning now would hand every slot to the shards that happen to be first, only to migrate
-        // them again; the last shard to register assigns them all.
-        return Ok(format!(
-            "registered {} as group {}; slots are assigned once {} register",
-            shard.name,
-            reg.gid,
-            waiting.join(", ")
-        ));
+    if fresh {
+        let waits = bootstrap_waits(cluster, &shard.name, shards, legacy, &registered, desired);
+        if !waits.is_empty() {
+            // Bootstrap: assigning now would hand every slot to the shards that happen to be first, only to migrate
+            // them again; the last shard to register assigns them all.
+            return Ok(format!(
+                "registered {} as group {}; slots are assigned once {}",
+                shard.name,
+                reg.gid,
+                waits.join(" and ")
+            ));
+        }
     }
     finish(s, &groups).await
+}
+
+/// The sharding a shard belongs to: its full name `<cluster>-<sharding>-<id>` without the cluster and the id.
+#[must_use]
+pub fn sharding_of<'a>(cluster: &str, shard: &'a str) -> Option<&'a str> {
+    shard.strip_prefix(cluster)?.strip_prefix('-')?.rsplit_once('-').map(|(sharding, _)| sharding)
+}
+
+/// Whether a component's short name is a shard of `sharding`: `<sharding>-<id>`, the id three lower-case letters or
+/// digits as KubeBlocks generates them.
+fn is_shard_of(sharding: &str, short: &str) -> bool {
+    short
+        .strip_prefix(sharding)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|id| id.len() == 3 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+}
+
+/// What a 1.0.x bootstrap still waits for before the slots are assigned (nothing: assign now).
+///
+/// Every shard that is not being deleted must be registered (`registered` holds the full names Codis has a group
+/// for): those listed in `ALL_SHARDS_POD_FQDNS`, and those the legacy component list names but the var does not
+/// (KubeBlocks resolved the two a moment apart). When the Cluster's desired shard count is known, as many shards must
+/// exist: a Component KubeBlocks has not created yet appears in neither list.
+#[must_use]
+pub fn bootstrap_waits(
+    cluster: &str,
+    shard: &str,
+    shards: &[Shard],
+    legacy: &Legacy,
+    registered: &BTreeSet<String>,
+    desired: Option<u32>,
+) -> Vec<String> {
+    let deleting: BTreeSet<String> = legacy.deleting.iter().map(|d| format!("{cluster}-{d}")).collect();
+    let mut live: BTreeSet<String> =
+        shards.iter().map(|sh| sh.name.clone()).filter(|name| !deleting.contains(name)).collect();
+    if let Some(sharding) = sharding_of(cluster, shard) {
+        live.extend(
+            legacy
+                .components
+                .iter()
+                .filter(|c| is_shard_of(sharding, c))
+                .map(|c| format!("{cluster}-{c}"))
+                .filter(|name| !deleting.contains(name)),
+        );
+    }
+    let mut waits = Vec::new();
+    let unregistered: Vec<&str> = live.iter().filter(|n| !registered.contains(*n)).map(String::as_str).collect();
+    if !unregistered.is_empty() {
+        waits.push(format!("{} register", unregistered.join(", ")));
+    }
+    if let Some(n) = desired.filter(|&n| live.len() < n as usize) {
+        waits.push(format!("all {n} shards of the Cluster exist ({} do)", live.len()));
+    }
+    waits
+}
+
+/// The Cluster's desired number of shards in this shard's sharding, when the Kubernetes API answers in time.
+async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: Option<&str>) -> Option<u32> {
+    let (namespace, name) = (&common.cluster.namespace, &common.cluster.name);
+    let sharding = sharding_of(name, shard)?;
+    let timeout = ctx.budget.cap(KUBE_TIMEOUT);
+    let kube = Kube::reachable(kube_api, namespace, timeout).await?;
+    match tokio::time::timeout(timeout + timeout, kube.cluster(namespace, name)).await {
+        Ok(Ok(Some(facts))) => {
+            let n = facts.shards.get(sharding).copied();
+            tracing::info!(sharding, desired = ?n, "the Cluster's shard count");
+            n
+        }
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            tracing::info!(error = %e, "the Cluster's shard count is not known");
+            None
+        }
+        Err(_) => {
+            tracing::info!("the Cluster's shard count is not known: the kubernetes api did not answer in time");
+            None
+        }
+    }
 }
 
 /// Balances the slots over `groups` (shard → gid) and onlines proxies; refuses when a group outside them holds slots.
@@ -116,4 +243,75 @@ pub async fn ensure_proxies_online(s: &Session<'_>) -> Result<usize> {
         }
     }
     Ok(online)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(short: &str) -> Shard {
+        Shard { name: format!("c1-{short}"), pods: Vec::new() }
+    }
+
+    fn legacy(components: &[&str], deleting: &[&str]) -> Legacy {
+        let names = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let undeleted = components.iter().filter(|c| !deleting.contains(c)).copied().collect::<Vec<_>>();
+        Legacy { components: names(components), deleting: names(deleting), undeleted: names(&undeleted) }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| format!("c1-{n}")).collect()
+    }
+
+    const OTHERS: [&str; 4] = ["etcd", "codis-dashboard", "codis-proxy", "codis-fe"];
+
+    #[test]
+    fn the_sharding_is_the_full_name_without_cluster_and_id() {
+        assert_eq!(sharding_of("c1", "c1-pika-x7k"), Some("pika"));
+        assert_eq!(sharding_of("c1", "c1-my-pika-x7k"), Some("my-pika"));
+        assert_eq!(sharding_of("c1", "c2-pika-x7k"), None);
+        assert!(
+            is_shard_of("pika", "pika-x7k") && !is_shard_of("pika", "pika-x7kk") && !is_shard_of("pika", "codis-fe")
+        );
+        assert!(!is_shard_of("pika", "pika-X7k") && !is_shard_of("pika", "pikaa-x7k"));
+    }
+
+    #[test]
+    fn a_bootstrap_waits_for_every_listed_shard_that_is_not_deleting() {
+        let shards = [shard("pika-a1b"), shard("pika-c2d"), shard("pika-e3f")];
+        let mut components = OTHERS.to_vec();
+        components.extend(["pika-a1b", "pika-c2d", "pika-e3f"]);
+        let l = legacy(&components, &[]);
+        let waits = bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &set(&["pika-a1b"]), None);
+        assert_eq!(waits, ["c1-pika-c2d, c1-pika-e3f register"]);
+        assert!(bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &set(&["pika-a1b", "pika-c2d", "pika-e3f"]), None)
+            .is_empty());
+        // A deleting shard is not waited for.
+        let l = legacy(&components, &["pika-e3f"]);
+        assert!(bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &set(&["pika-a1b", "pika-c2d"]), None).is_empty());
+    }
+
+    #[test]
+    fn a_shard_only_the_legacy_list_names_is_waited_for_and_other_components_are_not() {
+        let shards = [shard("pika-a1b")];
+        let mut components = OTHERS.to_vec();
+        components.extend(["pika-a1b", "pika-c2d", "pikafe"]);
+        let waits = bootstrap_waits("c1", "c1-pika-a1b", &shards, &legacy(&components, &[]), &set(&["pika-a1b"]), None);
+        assert_eq!(waits, ["c1-pika-c2d register"]);
+    }
+
+    #[test]
+    fn the_clusters_shard_count_holds_the_slots_until_that_many_shards_exist() {
+        let shards = [shard("pika-a1b"), shard("pika-c2d")];
+        let mut components = OTHERS.to_vec();
+        components.extend(["pika-a1b", "pika-c2d"]);
+        let l = legacy(&components, &[]);
+        let all = set(&["pika-a1b", "pika-c2d"]);
+        assert_eq!(
+            bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &all, Some(3)),
+            ["all 3 shards of the Cluster exist (2 do)"]
+        );
+        assert!(bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &all, Some(2)).is_empty());
+        assert!(bootstrap_waits("c1", "c1-pika-a1b", &shards, &l, &all, None).is_empty());
+    }
 }

@@ -123,11 +123,31 @@ async fn run(s: &Session<'_>, targets: &[u32], what: &str, count: Count) -> Resu
             Ok(plan) => plan,
             // In-flight actions stand in the way of a balanced plan (one moves a slot into a group that must end
             // empty, or fills a group past its share); they cannot be re-planned, but once they finish their slots can.
+            // In-flight actions stand in the way of a balanced plan (one moves a slot into a group that must end
+            // empty, or fills a group past its share); they cannot be re-planned, but everything else can start now,
+            // so that Codis keeps migrating even if this run ends before they finish. Once one of them has landed,
+            // the plan is made again.
             Err(e @ (PlanError::InFlightToLeavingGroup { .. } | PlanError::PinnedOverQuota { .. }))
                 if in_flight > 0 =>
             {
-                tracing::info!(what, reason = %e, in_flight, "waiting for in-flight slot actions before planning");
-                outcome.finished += wait_idle(s, what, count, &mut outcome.polls).await?;
+                let (partial, deferred) = plan::around_in_flight(&states, targets)
+                    .map_err(|e| Error::Refused(format!("cannot plan the {what}: {e}")))?;
+                let held: BTreeSet<u32> = deferred.into_iter().collect();
+                tracing::info!(
+                    what,
+                    reason = %e,
+                    in_flight,
+                    startable = partial.moves.len() + partial.assign.len(),
+                    waiting = held.len(),
+                    "in-flight slot actions hold part of the plan: starting the rest now"
+                );
+                if !partial.assign.is_empty() {
+                    s.dashboard.slots_assign(&partial.assign).await?;
+                    outcome.assigned += partial.assign.len();
+                }
+                outcome.created += submit(s, &partial).await?;
+                let wake = (!held.is_empty()).then_some(&held);
+                outcome.finished += wait_idle(s, what, count, wake, &mut outcome.polls).await?;
                 continue;
             }
             Err(e) => return Err(Error::Refused(format!("cannot plan the {what}: {e}"))),
@@ -155,7 +175,7 @@ async fn run(s: &Session<'_>, targets: &[u32], what: &str, count: Count) -> Resu
             outcome.assigned += plan.assign.len();
         }
         outcome.created += submit(s, &plan).await?;
-        outcome.finished += wait_idle(s, what, count, &mut outcome.polls).await?;
+        outcome.finished += wait_idle(s, what, count, None, &mut outcome.polls).await?;
     }
 }
 
@@ -177,9 +197,16 @@ async fn submit(s: &Session<'_>, plan: &Plan) -> Result<usize> {
     Ok(created)
 }
 
-/// Waits until no slot has an action, reporting progress; the budget running out is exit 75 (or exit 1 when Codis
-/// keeps reporting the same migration error with no progress, which will not fix itself).
-async fn wait_idle(s: &Session<'_>, what: &str, count: Count, polls: &mut usize) -> Result<usize> {
+/// Waits until no slot has an action (or, with `held`, until one of those slots has none: the plan they held can
+/// then be made), reporting progress; the budget running out is exit 75 (or exit 1 when Codis keeps reporting the
+/// same migration error with no progress, which will not fix itself).
+async fn wait_idle(
+    s: &Session<'_>,
+    what: &str,
+    count: Count,
+    held: Option<&BTreeSet<u32>>,
+    polls: &mut usize,
+) -> Result<usize> {
     let started = Instant::now();
     let mut busy_at_start: Option<usize> = None;
     let mut error: Option<SeenError> = None;
@@ -197,6 +224,9 @@ async fn wait_idle(s: &Session<'_>, what: &str, count: Count, polls: &mut usize)
         }
         if busy == 0 {
             return Ok(at_start);
+        }
+        if held.is_some_and(|held| stats.slots.iter().any(|sl| sl.is_idle() && held.contains(&sl.id))) {
+            return Ok(done);
         }
         if stats.slot_action.disabled {
             return Err(Error::Refused(format!(

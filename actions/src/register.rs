@@ -98,7 +98,8 @@ async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) -> Result<(u3
     let reserved = cluster::reservations(etcd, &prefix).await?;
     let by_group = cluster::shards_by_group(stats);
     // A reservation counts only while its group is empty or missing: a group with servers speaks for itself.
-    if let Some((&gid, _)) = reserved.iter().find(|(gid, owner)| owner.as_str() == shard && !by_group.contains_key(gid)) {
+    if let Some((&gid, _)) = reserved.iter().find(|(gid, owner)| owner.as_str() == shard && !by_group.contains_key(gid))
+    {
         if stats.group(gid).is_none() {
             create_group(s, gid).await?;
         }

@@ -54,7 +54,11 @@ pub async fn run(ctx: &Context) -> Result<String> {
         None => format!("{server} is group {}'s master", group.id),
         Some(_) => format!("{server} follows {master} in group {}", group.id),
     };
-    Ok(if changed { format!("{what}; {config_file} updated") } else { format!("{what}; {config_file} already says so") })
+    Ok(if changed {
+        format!("{what}; {config_file} updated")
+    } else {
+        format!("{what}; {config_file} already says so")
+    })
 }
 
 /// Sets (or clears, for `None`) the replication line of the config file; returns whether the file changed.
@@ -113,7 +117,10 @@ mod tests {
     #[test]
     fn redis_config_uses_replicaof() {
         let conf = "port 7001\n# slaveof a b\nslaveof 127.0.0.1 7000\n";
-        assert_eq!(with_replication(conf, Some(("127.0.0.1", 7002))), "port 7001\n# slaveof a b\nreplicaof 127.0.0.1 7002\n");
+        assert_eq!(
+            with_replication(conf, Some(("127.0.0.1", 7002))),
+            "port 7001\n# slaveof a b\nreplicaof 127.0.0.1 7002\n"
+        );
         assert_eq!(with_replication(conf, None), "port 7001\n# slaveof a b\n");
     }
 }

@@ -8,6 +8,14 @@
 //! labels when the Kubernetes API answers (the in-cluster one, or `KUBE_API_URL`); without it the ordinal rule of
 //! reference/primary-transfer.md §4 decides (highest ordinal above the master, else the lowest below), which under
 //! KubeBlocks' role-ordered rollout (replicas first, the master last) also moves the master once.
+//!
+//! One call is all it gets: in a rolling update or a replica scale-in KubeBlocks ignores any failure, exit code or
+//! timeout and deletes the pod at once. So every wait is bounded inside the budget and the run never ends with exit
+//! 75: a topology lock held by someone else, a transfer that does not fit in what is left of the budget, a promote
+//! Codis does not confirm, or a member that cannot be re-pointed in time end it with exit 1, saying what Codis was
+//! left with ([`left_behind`]): the old master still serving with nothing changed, a promote for the next transfer
+//! (or the restarting pod's `rejoin`) to resume with the same address, or the new master serving with some members
+//! still to re-point.
 
 use std::time::Duration;
 
@@ -23,8 +31,17 @@ use crate::vars;
 /// Longest the rollout facts may take to read; past that the ordinal rule decides.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Runs the action.
+/// Runs the action; whatever happens, never with exit 75 (KubeBlocks would not call it again).
 pub async fn run(ctx: &Context) -> Result<String> {
+    switch(ctx).await.map_err(|e| match e {
+        Error::InProgress { progress } => {
+            Error::Refused(format!("switchover did not finish within its one call: {progress}"))
+        }
+        other => other,
+    })
+}
+
+async fn switch(ctx: &Context) -> Result<String> {
     let Event::Switchover { common, shard, current, role, candidate, kube_api, .. } = &ctx.event else {
         return Err(Error::Refused("switchover got another action's event".into()));
     };
@@ -64,7 +81,17 @@ pub async fn run(ctx: &Context) -> Result<String> {
     } else {
         None
     };
-    let mut lock = s.lock_topology().await?;
+    let mut lock = match s.lock_topology().await {
+        Ok(lock) => lock,
+        Err(Error::InProgress { progress }) => {
+            return Err(Error::Refused(format!(
+                "switchover of {me} gave up {progress}: it gets one call, so nothing was changed and {} stays \
+                 group {gid}'s master",
+                if is_master { "it" } else { "the current master" }
+            )));
+        }
+        Err(e) => return Err(e),
+    };
     // Whoever held the lock before may have removed the group (a drain) or moved the master already.
     if s.stats().await?.group_of_server(&me).is_none() {
         release(&mut lock).await;
@@ -76,9 +103,57 @@ pub async fn run(ctx: &Context) -> Result<String> {
         candidate: candidate.as_ref().map(|c| (c.name.clone(), vars::KB_SWITCHOVER_CANDIDATE_FQDN)),
         rollout: rollout.as_ref(),
     };
-    let result = transfer::move_master(&s, &lock, &t).await;
+    // Every wait inside is bounded by the budget; this bounds the calls that began just before it ran out.
+    let hard = ctx.budget.remaining() + OVERRUN;
+    let result = match tokio::time::timeout(hard, transfer::move_master(&s, &lock, &t)).await {
+        Ok(result) => result,
+        Err(_) => {
+            Err(Error::InProgress { progress: format!("the transfer did not finish within the budget of {me}'s call") })
+        }
+    };
     release(&mut lock).await;
-    Ok(result?.describe(&me))
+    match result {
+        Ok(outcome) => Ok(outcome.describe(&me)),
+        Err(Error::InProgress { progress }) => {
+            let state = left_behind(&s, gid, &me).await;
+            Err(Error::Refused(format!("switchover of {me} did not finish within its one call ({progress}); {state}")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Longest a Codis, pika or etcd call that started just before the budget ran out may run on (each has its own
+/// timeout of at most this); the chart's `timeoutSeconds` leaves more than this above `ACTION_BUDGET_SECONDS`.
+const OVERRUN: Duration = Duration::from_secs(5);
+/// Longest the last look at the group may take, after the budget ran out.
+const LAST_LOOK: Duration = Duration::from_secs(1);
+
+/// What Codis was left with by a transfer that stopped short, for the operator reading KubeBlocks' event.
+async fn left_behind(s: &Session<'_>, gid: u32, from: &str) -> String {
+    let stats = match tokio::time::timeout(LAST_LOOK, s.stats()).await {
+        Ok(Ok(stats)) => stats,
+        _ => {
+            return "codis could not be read afterwards; the next transfer, rejoin or member-leave of the group \
+                     resumes from whatever it shows"
+                .to_owned()
+        }
+    };
+    let Some(group) = stats.group(gid) else { return format!("group {gid} is gone from codis") };
+    let master = group.master().unwrap_or("nothing");
+    if group.is_promoting() {
+        format!(
+            "codis is still promoting in group {gid} (state {}): the next transfer, member-leave or the restarting \
+             pod's rejoin resumes that promote with the same address",
+            group.promoting.state.as_deref().unwrap_or("started")
+        )
+    } else if master.eq_ignore_ascii_case(from) {
+        format!("nothing was promoted: {from} is still group {gid}'s master and serves")
+    } else {
+        format!(
+            "codis routes group {gid} to the new master {master}; members that still follow the old one are \
+             re-pointed by the next switchover of the group, or by their rejoin when they restart"
+        )
+    }
 }
 
 /// Exit 2, nothing touched, unless the candidate is a healthy replica of `from` in the same group.
@@ -109,10 +184,7 @@ async fn rollout_facts(
 ) -> Option<RolloutFacts> {
     let timeout = ctx.budget.cap(KUBE_TIMEOUT);
     let read = async {
-        let kube = match kube_api {
-            Some(url) => proxy_client(url, namespace, timeout)?,
-            None => Kube::in_cluster(timeout).await?,
-        };
+        let kube = Kube::reachable(kube_api, namespace, timeout).await?;
         let pods = match kube.component_pods(namespace, cluster, &shard.name).await {
             Ok(pods) => pods,
             Err(e) => {
@@ -144,29 +216,6 @@ async fn rollout_facts(
         }
         Err(_) => {
             tracing::warn!("no rollout facts: the kubernetes api did not answer in time; the ordinal rule decides");
-            None
-        }
-    }
-}
-
-/// A client of the plain-http API proxy at `url` (`kubectl proxy`, or a test's stand-in): no credentials.
-fn proxy_client(url: &str, namespace: &str, timeout: Duration) -> Option<Kube> {
-    let uri = match url.parse() {
-        Ok(uri) => uri,
-        Err(e) => {
-            tracing::warn!(url, error = %e, "KUBE_API_URL is not a url");
-            return None;
-        }
-    };
-    let mut config = ::kube::Config::new(uri);
-    config.default_namespace = namespace.to_owned();
-    config.connect_timeout = Some(timeout);
-    config.read_timeout = Some(timeout);
-    config.write_timeout = Some(timeout);
-    match ::kube::Client::try_from(config) {
-        Ok(client) => Some(Kube::from_client(client, namespace).with_timeout(timeout)),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot build a client for KUBE_API_URL");
             None
         }
     }

@@ -55,6 +55,43 @@ impl KbLine {
             )),
         }
     }
+    /// Refuses (exit 2 naming `KUBEBLOCKS_LINE`) a `KUBEBLOCKS_LINE` that the environment of `action` contradicts.
+    /// Component `postProvision` and `preTerminate` get the legacy `KB_CLUSTER_COMPONENT_LIST` from KubeBlocks 1.0.x
+    /// only, so for them its presence tells the line for sure: an addon installed for the other line would register
+    /// shards wrongly (or drain them at the wrong time), and is stopped before anything is contacted. Unset, the
+    /// line is detected from that same variable, so nothing can contradict it.
+    pub fn check_environment(self, action: &str, vars: &VarMap) -> Result<()> {
+        if !matches!(action, "post-provision" | "pre-terminate") {
+            return Ok(());
+        }
+        if vars.get(vars::KUBEBLOCKS_LINE).is_none_or(|v| v.trim().is_empty()) {
+            return Ok(());
+        }
+        let legacy = vars.contains_key(vars::KB_CLUSTER_COMPONENT_LIST);
+        let (other, why) = match (self, legacy) {
+            (Self::V1_0, false) => (
+                Self::V1_1,
+                format!(
+                    "{} is not set, and KubeBlocks 1.0.x always sets it for {action}",
+                    vars::KB_CLUSTER_COMPONENT_LIST
+                ),
+            ),
+            (Self::V1_1, true) => {
+                (Self::V1_0, format!("{} is set, which only KubeBlocks 1.0.x does", vars::KB_CLUSTER_COMPONENT_LIST))
+            }
+            _ => return Ok(()),
+        };
+        Err(Error::invalid(
+            vars::KUBEBLOCKS_LINE,
+            format!(
+                "is {} but {why}: this KubeBlocks runs the {} line; install the addon with kubeblocksLine={}; \
+                 nothing was changed",
+                self.as_str(),
+                other.as_str(),
+                other.as_str()
+            ),
+        ))
+    }
 }
 
 macro_rules! builtin {
@@ -68,6 +105,7 @@ builtin!(
     "post-provision.1.0.tera",
     "post-provision.1.1.tera",
     "pre-terminate.1.0.tera",
+    "pre-terminate.1.1.tera",
     "shard-add.1.1.tera",
     "shard-remove.1.1.tera",
     "member-join.tera",
@@ -90,9 +128,11 @@ fn reject(var: &str, reason: impl Into<String>) -> tera::Error {
     tera::Error::msg(format!("{var}: {reason}"))
 }
 
-/// Renders the event document for `action` on `line` from `vars`.
-pub fn render(action: &str, line: KbLine, vars: &VarMap) -> Result<Value> {
-    let dir = vars.get(vars::ACTION_TEMPLATES_DIR).filter(|d| !d.is_empty());
+/// Renders the event document for `action` on `line` from `vars`; `options` are the command-line options the
+/// subcommand was given (`own-shard`), which a template reads with `option(name=...)`.
+pub fn render(action: &str, line: KbLine, vars: &VarMap, options: &[&str]) -> Result<Value> {
+    let dir = templates_dir(vars)?;
+    let dir = dir.as_ref();
     let (name, source) = select(action, line, dir.map(Path::new))?;
     // Parsing the shared macros is most of a render's cost (about 1 ms of role-probe's 5): only when imported.
     let common = if source.contains("common.tera") {
@@ -107,24 +147,38 @@ pub fn render(action: &str, line: KbLine, vars: &VarMap) -> Result<Value> {
 
     let mut tera = tera::Tera::default();
     tera.autoescape_on(vec![]);
-    register_functions(&mut tera, vars, line);
+    register_functions(&mut tera, vars, line, options);
     tera.add_raw_templates(templates)
         .map_err(|e| Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))))?;
 
     REJECTED.with(|r| r.borrow_mut().take());
-    let text = tera.render(&name, &tera::Context::new()).map_err(|e| {
-        match REJECTED.with(|r| r.borrow_mut().take()) {
+    let text =
+        tera.render(&name, &tera::Context::new()).map_err(|e| match REJECTED.with(|r| r.borrow_mut().take()) {
             Some((var, reason)) => Error::invalid(var, reason),
             None => Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))),
-        }
-    })?;
-    serde_json::from_str(&text).map_err(|e| {
-        Error::invalid(template_var(dir), format!("template {name} did not render a JSON event: {e}"))
-    })
+        })?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(template_var(dir), format!("template {name} did not render a JSON event: {e}")))
+}
+
+/// `ACTION_TEMPLATES_DIR` when set: it must be a directory this process can read, or the built-in templates would
+/// silently stand in for the ones the operator meant to use.
+fn templates_dir(vars: &VarMap) -> Result<Option<String>> {
+    let Some(dir) = vars.get(vars::ACTION_TEMPLATES_DIR).map(|d| d.trim()).filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    match std::fs::read_dir(dir) {
+        Ok(_) => Ok(Some(dir.to_owned())),
+        Err(e) => Err(Error::invalid(vars::ACTION_TEMPLATES_DIR, format!("{dir:?} is not a readable directory: {e}"))),
+    }
 }
 
 fn template_var(dir: Option<&String>) -> &'static str {
-    if dir.is_some() { vars::ACTION_TEMPLATES_DIR } else { "template" }
+    if dir.is_some() {
+        vars::ACTION_TEMPLATES_DIR
+    } else {
+        "template"
+    }
 }
 
 fn chain(err: &tera::Error) -> String {
@@ -169,8 +223,9 @@ fn arg_str<'a>(args: &'a HashMap<String, Value>, key: &str) -> tera::Result<&'a 
     args.get(key).and_then(Value::as_str).ok_or_else(|| tera::Error::msg(format!("missing argument `{key}`")))
 }
 
-fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine) {
+fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine, options: &[&str]) {
     let vars = Arc::new(vars.clone());
+    let options: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
 
     // required(var): a non-empty string.
     let v = Arc::clone(&vars);
@@ -267,15 +322,26 @@ fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine) {
         fqdn_list(&raw).map(|l| json!(l)).map_err(|e| reject(var, e))
     });
 
-    // shard_map(var): `[{"short": "<sharding>-<id>", "pods": [fqdn, ...]}, ...]` from `a:f1,f2;b:f3`.
+    // shard_map(var): `[{"short": "<sharding>-<id>", "pods": [fqdn, ...]}, ...]` from `a:f1,f2;b:f3`, or from a
+    // bare `f1,f2`, which is what KubeBlocks gives when exactly one shard exists.
     let v = Arc::clone(&vars);
     tera.register_function("shard_map", move |args: &HashMap<String, Value>| {
         let var = arg_str(args, "var")?;
         let raw = required(&v, var)?;
+        let entries = split_list(&raw, ';');
+        if let [only] = entries.as_slice() {
+            if !only.contains(':') {
+                let cluster = required(&v, vars::CLUSTER_NAME)?;
+                let pods = fqdn_list(only).map_err(|e| reject(var, e))?;
+                let short = bare_shard(&cluster, &pods).map_err(|e| reject(var, e))?;
+                return Ok(json!([{"short": short, "pods": pods}]));
+            }
+        }
         let mut shards = Vec::new();
-        for entry in split_list(&raw, ';') {
-            let (short, pods) =
-                entry.split_once(':').ok_or_else(|| reject(var, format!("entry {entry:?} is not <shard>:<fqdn>,...")))?;
+        for entry in entries {
+            let (short, pods) = entry
+                .split_once(':')
+                .ok_or_else(|| reject(var, format!("entry {entry:?} is not <shard>:<fqdn>,...")))?;
             let short = short.trim();
             check_label(short).map_err(|e| reject(var, format!("shard name {short:?}: {e}")))?;
             let pods = fqdn_list(pods).map_err(|e| reject(var, format!("shard {short}: {e}")))?;
@@ -290,11 +356,49 @@ fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine) {
         Ok(Value::Array(shards))
     });
 
-    // names(var): a comma-separated list (possibly empty).
+    // names(var): a comma-separated list (possibly empty) of component names, each a DNS label.
     let v = Arc::clone(&vars);
     tera.register_function("names", move |args: &HashMap<String, Value>| {
         let var = arg_str(args, "var")?;
-        Ok(json!(v.get(var).map(|s| split_list(s, ',')).unwrap_or_default()))
+        let list = v.get(var).map(|s| split_list(s, ',')).unwrap_or_default();
+        for name in &list {
+            check_label(name).map_err(|e| reject(var, e))?;
+        }
+        Ok(json!(list))
+    });
+
+    // host_ports_if_set(var): like host_ports, but unset or empty is an empty list (the action may do without).
+    let v = Arc::clone(&vars);
+    tera.register_function("host_ports_if_set", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        let raw = v.get(var).map(|s| s.trim()).unwrap_or_default();
+        let list = split_list(raw, ',');
+        if list.is_empty() && !raw.is_empty() {
+            return Err(reject(var, "lists no endpoint"));
+        }
+        for item in &list {
+            check_host_port(item).map_err(|e| reject(var, e))?;
+        }
+        Ok(json!(list))
+    });
+
+    // host(var, default): one host name or address.
+    let v = Arc::clone(&vars);
+    tera.register_function("host", move |args: &HashMap<String, Value>| {
+        let var = arg_str(args, "var")?;
+        match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            Some(host) => {
+                check_host(host).map_err(|e| reject(var, e))?;
+                Ok(Value::from(host))
+            }
+            None => args.get("default").cloned().ok_or_else(|| reject(var, "is not set")),
+        }
+    });
+
+    // option(name): whether the subcommand was given the command-line option `--<name>`.
+    tera.register_function("option", move |args: &HashMap<String, Value>| {
+        let name = arg_str(args, "name")?;
+        Ok(Value::Bool(options.iter().any(|o| o == name)))
     });
 
     // overrides(var): `{"<server>": "<host:port>"}` from `a:9221=127.0.0.1:7001,...` (unset = {}).
@@ -337,6 +441,29 @@ fn split_list(raw: &str, sep: char) -> Vec<String> {
     raw.split(sep).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
+/// The short name `<sharding>-<id>` of the one shard whose pods a bare `ALL_SHARDS_POD_FQDNS` lists, from their
+/// headless service `<cluster>-<sharding>-<id>-headless`.
+fn bare_shard(cluster: &str, pods: &[String]) -> std::result::Result<String, String> {
+    let service = |fqdn: &str| fqdn.split('.').nth(1).unwrap_or_default().to_owned();
+    let first = service(&pods[0]);
+    if let Some(other) = pods.iter().find(|p| service(p) != first) {
+        return Err(format!(
+            "without <shard>: keys it must list one shard's pods, but {} and {other} are in different services",
+            pods[0]
+        ));
+    }
+    let short = first
+        .strip_suffix("-headless")
+        .and_then(|s| s.strip_prefix(cluster))
+        .and_then(|s| s.strip_prefix('-'))
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            format!("{} is not a pod of a shard of cluster {cluster} (service <cluster>-<shard>-headless)", pods[0])
+        })?;
+    check_label(short)?;
+    Ok(short.to_owned())
+}
+
 fn fqdn_list(raw: &str) -> std::result::Result<Vec<String>, String> {
     let list = split_list(raw, ',');
     if list.is_empty() {
@@ -361,7 +488,11 @@ pub fn check_label(label: &str) -> std::result::Result<(), String> {
         && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !label.starts_with('-')
         && !label.ends_with('-');
-    if ok { Ok(()) } else { Err(format!("{label:?} is not a DNS label")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{label:?} is not a DNS label"))
+    }
 }
 
 /// A pod FQDN: `<pod>.<service>.<namespace>.svc[.<domain>]`, every label DNS-1123, at most 253 characters.
@@ -380,16 +511,45 @@ pub fn check_fqdn(fqdn: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// `host:port` with a non-empty host and a port in 1..=65535.
+/// `host:port` with a valid host ([`check_host`]) and a port in 1..=65535.
 pub fn check_host_port(raw: &str) -> std::result::Result<(), String> {
     let (host, port) = raw.rsplit_once(':').ok_or_else(|| format!("{raw:?} is not host:port"))?;
-    if host.is_empty() || host.contains(['/', ' ', '@']) {
-        return Err(format!("{raw:?} has no valid host"));
-    }
+    check_host(host).map_err(|why| format!("{raw:?} has no valid host: {why}"))?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
         _ => Err(format!("{raw:?} has no valid port")),
     }
+}
+
+/// A host a client can dial: a DNS name (labels of letters, digits and `-`, at most 253 characters), an IPv4
+/// address, or an IPv6 address in brackets. Anything else (`etcd:`, `user@host`, `a b`) would only fail later, when
+/// dialled, after other work was done.
+pub fn check_host(host: &str) -> std::result::Result<(), String> {
+    if let Some(inner) = host.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').ok_or_else(|| format!("{host:?} opens a bracket it does not close"))?;
+        return inner.parse::<std::net::Ipv6Addr>().map(drop).map_err(|_| format!("{inner:?} is not an IPv6 address"));
+    }
+    if host.is_empty() {
+        return Err("the host is empty".into());
+    }
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return host.parse::<std::net::Ipv4Addr>().map(drop).map_err(|_| format!("{host:?} is not an IPv4 address"));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.len() > 253 {
+        return Err(format!("{host:?} is longer than 253 characters"));
+    }
+    for label in name.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-');
+        if !ok {
+            return Err(format!("{host:?} is not a host name: label {label:?}"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -411,6 +571,57 @@ mod tests {
         assert!(check_host_port("dash:port").is_err());
         assert!(check_host_port("dash").is_err());
         assert!(check_host_port("dash:0").is_err());
+    }
+
+    #[test]
+    fn hosts_are_names_or_addresses_and_nothing_else() {
+        for ok in ["etcd", "c1-etcd-0.c1-etcd-headless.prod.svc.cluster.local", "10.0.0.7", "[::1]", "[fd00::7]", "a."]
+        {
+            assert!(check_host(ok).is_ok(), "{ok}");
+        }
+        for bad in
+            ["", "etcd:", "user@etcd", "a b", "-a", "a-.b", "a..b", "300.1.1.1", "1.2.3", "[::1", "[etcd]", "a_b"]
+        {
+            assert!(check_host(bad).is_err(), "{bad}");
+        }
+        assert!(check_host_port("etcd::2379").is_err());
+        assert!(check_host_port("[::1]:2379").is_ok());
+    }
+
+    fn render_shards(all: &str) -> Result<Value> {
+        let vars: VarMap = [
+            ("CLUSTER_NAME", "c1"),
+            ("CLUSTER_NAMESPACE", "prod"),
+            ("CODIS_DASHBOARD_ADDR", "dash:18080"),
+            ("ETCD_ENDPOINTS", "etcd:2379"),
+            ("SHARD_NAME", "c1-pika-x7k"),
+            ("SHARD_POD_FQDNS", "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc"),
+            ("ALL_SHARDS_POD_FQDNS", all),
+            ("KB_REMOVE_SHARD_NAME", "c1-pika-x7k"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        render("shard-remove", KbLine::V1_1, &vars, &[]).map(|doc| doc["shards"].clone())
+    }
+
+    #[test]
+    fn a_bare_all_shards_value_is_the_one_shard_its_pods_name() {
+        let pods = "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc,c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc";
+        let shards = render_shards(pods).unwrap();
+        assert_eq!(shards[0]["name"], "c1-pika-x7k");
+        assert_eq!(shards[0]["pods"].as_array().map(Vec::len), Some(2));
+        assert_eq!(shards.as_array().map(Vec::len), Some(1));
+        // Two services without keys, another cluster's pods, a bare entry beside keyed ones: refused by name.
+        for bad in [
+            "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc,c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc",
+            "c2-pika-x7k-0.c2-pika-x7k-headless.prod.svc",
+            "c1-pika-x7k-0.c1-pika-x7k.prod.svc",
+            "pika-b2c:c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc;c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc",
+        ] {
+            let err = render_shards(bad).unwrap_err();
+            assert!(matches!(&err, Error::InvalidInput { var, .. } if var == "ALL_SHARDS_POD_FQDNS"), "{bad}: {err}");
+        }
     }
 
     #[test]

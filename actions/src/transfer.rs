@@ -43,6 +43,15 @@ const DEMOTE_POLL: Duration = Duration::from_millis(10);
 /// Longest wait for the new master to catch up before the promote; the promote goes ahead afterwards regardless
 /// (proxies hold requests while Codis promotes, so this only narrows the window of unreplicated writes).
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(3);
+/// Budget a transfer must still have before its fence is written: the catch-up wait, the promote and the re-pointing
+/// of the members, with room for a slow dashboard.
+pub const TRANSFER_RESERVE: Duration = Duration::from_secs(10);
+
+/// What must be left of a run's budget to start a transfer: [`TRANSFER_RESERVE`], or two fifths of a shorter budget.
+#[must_use]
+pub fn transfer_reserve(budget: Duration) -> Duration {
+    TRANSFER_RESERVE.min(budget * 2 / 5)
+}
 
 /// The etcd key of group `gid`'s fence: `<cluster prefix>/fence/<gid>`.
 #[must_use]
@@ -294,6 +303,16 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
                 proxy.admin_addr
             )));
         }
+        // Promoting and converging take a few seconds at most; a run with less left would stop halfway.
+        let reserve = transfer_reserve(s.ctx.budget.elapsed() + s.ctx.budget.remaining());
+        if s.ctx.budget.remaining() < reserve {
+            return Err(Error::InProgress {
+                progress: format!(
+                    "only {:?} of the budget left, less than the {reserve:?} a transfer needs; nothing was promoted",
+                    s.ctx.budget.remaining()
+                ),
+            });
+        }
         write_fence(s, gid, fence.as_ref(), &to).await?;
         catch_up(s, &master, &to).await;
 
@@ -541,24 +560,30 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         if waiting.is_empty() {
             return Ok(Converged { master, repointed, unreachable });
         }
-        if tokio::time::Instant::now() >= deadline || s.ctx.budget.expired() {
-            return Err(Error::InProgress {
-                progress: format!(
-                    "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
-                    waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
-                ),
-            });
+        let progress = format!(
+            "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
+            waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
+        );
+        let out_of_time = || tokio::time::Instant::now() >= deadline || s.ctx.budget.expired();
+        if out_of_time() {
+            return Err(Error::InProgress { progress });
         }
         // The old master stays a master until it can be demoted: watch just the waiting ones closely, so that the
         // moment with two masters is as short as pika allows, then take the next round from a fresh read.
         let watched: Vec<String> = waiting.into_iter().map(|(srv, _)| srv).collect();
         let until = tokio::time::Instant::now() + Duration::from_secs(1);
-        while tokio::time::Instant::now() < until.min(deadline) {
+        let mut freed = false;
+        while tokio::time::Instant::now() < until.min(deadline) && !s.ctx.budget.expired() {
             let infos = survey(s, &watched).await;
             if infos.values().all(|i| i.as_ref().map_or(true, |i| i.connected_slaves == 0)) {
+                freed = true;
                 break;
             }
             tokio::time::sleep(s.ctx.budget.cap(DEMOTE_POLL)).await;
+        }
+        // Out of time with nobody freed: say what is waiting, rather than fail the next call for lack of time.
+        if !freed && out_of_time() {
+            return Err(Error::InProgress { progress });
         }
     }
 }

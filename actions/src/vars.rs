@@ -86,7 +86,7 @@ names! {
     /// switchover (OpsRequest only): the requested new master's FQDN.
     KB_SWITCHOVER_CANDIDATE_FQDN,
     /// Plain-http URL of a Kubernetes API proxy (`kubectl proxy`, tests) used instead of the in-cluster service
-    /// account to read rollout facts.
+    /// account to read rollout facts and the Cluster object.
     KUBE_API_URL,
 }
 
@@ -268,7 +268,9 @@ group!(
     KubeVars ("Kubernetes") {
         /// plain-http URL of a Kubernetes API proxy such as `kubectl proxy` (e.g. `http://127.0.0.1:8001`), read
         /// instead of the pod's service account; unauthenticated, so never point it at a real API server's port.
-        /// Unset: the in-cluster API when the pod has one, else none (the ordinal rule decides)
+        /// Unset: the in-cluster API when the pod has one, else none (switchover: the ordinal rule decides;
+        /// pre-terminate on 1.1: Codis' state decides whether the cluster is going; post-provision on 1.0: the
+        /// Cluster's shard count is not known)
         kube_api_url => KUBE_API_URL;
     }
 );

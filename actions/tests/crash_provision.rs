@@ -4,9 +4,9 @@
 
 #[path = "support/attack.rs"]
 mod attack;
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,11 @@ fn crash_everywhere(build: impl Fn() -> (Bed, BTreeMap<String, String>), action:
             return tried;
         }
         points.trial(format!("crash point {n}"), || {
-            assert!(stderr.contains(&format!("crash point {n}")), "run {n} failed without crashing: {}", describe(&out));
+            assert!(
+                stderr.contains(&format!("crash point {n}")),
+                "run {n} failed without crashing: {}",
+                describe(&out)
+            );
             // What the dead run's lease expiring does, without waiting its 15 s out.
             attack::expire_locks(&bed);
             run_to_completion(action, &env);
@@ -71,7 +75,10 @@ fn post_provision_converges_after_a_crash_before_any_of_its_steps() {
 fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(support::ClusterFixture::new(2, 1), testbed::DoubleOptions { max_slot_num: 16, ..Default::default() });
+            let mut bed = Bed::with(
+                support::ClusterFixture::new(2, 1),
+                testbed::DoubleOptions { max_slot_num: 16, ..Default::default() },
+            );
             run_to_completion("post-provision", &bed.env(0));
             let added = bed.add_shard(2);
             let mut env = bed.env(0);
@@ -94,7 +101,10 @@ fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
 fn member_join_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(support::ClusterFixture::new(1, 1), testbed::DoubleOptions { max_slot_num: 16, ..Default::default() });
+            let mut bed = Bed::with(
+                support::ClusterFixture::new(1, 1),
+                testbed::DoubleOptions { max_slot_num: 16, ..Default::default() },
+            );
             run_to_completion("post-provision", &bed.env(0));
             let ordinal = bed.add_pod(0);
             let pod = bed.cluster.shards[0].pod(ordinal);

@@ -4,9 +4,9 @@
 //! finishes, and the cluster must have converged: the leaving group gone with its servers and etcd records, every slot
 //! owned by a remaining group, balanced, none lost; a further run changes nothing.
 
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -100,7 +100,11 @@ fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
             println!("{line}");
         }
         points.trial(format!("crash point {n}"), || {
-            assert!(stderr.contains(&format!("crash point {n}")), "run {n} failed without crashing: {}", describe(&out));
+            assert!(
+                stderr.contains(&format!("crash point {n}")),
+                "run {n} failed without crashing: {}",
+                describe(&out)
+            );
             expire_locks(&c.bed);
             run_to_completion("shard-remove", &c.env);
             assert_converged(&c, n);

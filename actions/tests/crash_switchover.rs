@@ -7,9 +7,9 @@
 //! Codis and the pikas untouched.
 
 mod rollout;
-mod support;
 #[path = "support/summary.rs"]
 mod summary;
+mod support;
 
 use std::time::Duration;
 

@@ -61,7 +61,10 @@ fn member_join_adds_a_replica_of_the_current_master() {
     // Codis moved shard 0's master to ordinal 1 (a switchover earlier): the new pod must follow ordinal 1.
     let gid = bed.gid(0).unwrap();
     let new_master = bed.cluster.shards[0].pod(1).server();
-    assert!(bed.codis.call("PUT", &format!("/api/topom/group/promote/{}/{gid}/{new_master}", bed.codis.xauth())).is_ok());
+    assert!(bed
+        .codis
+        .call("PUT", &format!("/api/topom/group/promote/{}/{gid}/{new_master}", bed.codis.xauth()))
+        .is_ok());
     let old = bed.cluster.shards[0].pod(0);
     let _ = old.redis.command(&["SLAVEOF", "127.0.0.1", &bed.cluster.shards[0].pod(1).redis.port().to_string()]);
 
@@ -92,7 +95,8 @@ fn two_shard_adds_at_once_get_distinct_groups_and_a_balanced_table() {
             env
         })
         .collect();
-    let handles: Vec<_> = envs.into_iter().map(|env| thread::spawn(move || run_to_completion("shard-add", &env))).collect();
+    let handles: Vec<_> =
+        envs.into_iter().map(|env| thread::spawn(move || run_to_completion("shard-add", &env))).collect();
     for h in handles {
         h.join().expect("shard-add thread");
     }
@@ -215,7 +219,10 @@ fn rejoin_makes_a_pod_on_an_empty_volume_a_replica_of_the_current_master() {
     pod.redis.reset_config();
     let mut env = bed.env(shard_index);
     env.insert("POD_NAME".into(), bed.cluster.shards[shard_index].pods[2].name.clone());
-    env.insert("PIKA_CONFIG_FILE".into(), bed.cluster.shards[shard_index].pods[2].redis.dir().join("redis.conf").display().to_string());
+    env.insert(
+        "PIKA_CONFIG_FILE".into(),
+        bed.cluster.shards[shard_index].pods[2].redis.dir().join("redis.conf").display().to_string(),
+    );
     let out = run("rejoin", &env);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     bed.cluster.shards[shard_index].pods[2].redis.restart();

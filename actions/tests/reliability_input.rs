@@ -201,15 +201,38 @@ fn bases(bed: &Bed, config: &str) -> Vec<Base> {
                 "POD_NAME",
             ],
         },
+        Base {
+            // The 1.1 safety net, for the shard about to go.
+            label: "pre-terminate.1.1",
+            action: "pre-terminate",
+            env: bed.env(1),
+            required: &[
+                "CLUSTER_NAME",
+                "CLUSTER_NAMESPACE",
+                "CODIS_DASHBOARD_ADDR",
+                "SHARD_NAME",
+                "SHARD_POD_FQDNS",
+                "ALL_SHARDS_POD_FQDNS",
+            ],
+        },
         Base { label: "topology", action: "topology", env: bed.env(0), required: CLUSTER_VARS },
         Base { label: "role-probe", action: "role-probe", env: probe, required: &[] },
     ]
 }
 
-/// The variables an action's template reads and checks (from `templates/events/`).
+/// The variables an action's template reads and checks (from `templates/events/`), plus those every run checks
+/// before rendering (`LOG_FORMAT`, `ACTION_TEMPLATES_DIR`).
 fn reads(b: &Base) -> Vec<&'static str> {
     if b.action == "role-probe" {
-        return vec!["PIKA_PORT", "PIKA_ADDRESS_OVERRIDES", "ACTION_BUDGET_SECONDS", "KUBEBLOCKS_LINE"];
+        return vec![
+            "PIKA_HOST",
+            "PIKA_PORT",
+            "PIKA_ADDRESS_OVERRIDES",
+            "ACTION_BUDGET_SECONDS",
+            "KUBEBLOCKS_LINE",
+            "LOG_FORMAT",
+            "ACTION_TEMPLATES_DIR",
+        ];
     }
     let mut vars = vec![
         "CLUSTER_NAME",
@@ -220,18 +243,30 @@ fn reads(b: &Base) -> Vec<&'static str> {
         "PIKA_ADDRESS_OVERRIDES",
         "ACTION_BUDGET_SECONDS",
         "KUBEBLOCKS_LINE",
+        "LOG_FORMAT",
+        "ACTION_TEMPLATES_DIR",
+        // Required by most, optional for rejoin, topology and the 1.1 pre-terminate: checked whenever set.
+        "ETCD_ENDPOINTS",
     ];
-    // rejoin and topology take etcd as optional and pass it on unchecked.
-    if !matches!(b.action, "rejoin" | "topology") {
-        vars.push("ETCD_ENDPOINTS");
-    }
     if b.action != "topology" {
         vars.extend(["SHARD_NAME", "SHARD_POD_FQDNS"]);
+    }
+    // The legacy lists exist on 1.0.x only (on 1.1 their presence is a line mismatch, named as such).
+    if b.label.ends_with("1.0") || b.label.contains("1.0.") {
+        vars.extend([
+            "KB_CLUSTER_COMPONENT_LIST",
+            "KB_CLUSTER_COMPONENT_DELETING_LIST",
+            "KB_CLUSTER_COMPONENT_UNDELETED_LIST",
+        ]);
+    }
+    if matches!(b.label, "post-provision.1.0" | "pre-terminate.1.1") {
+        vars.push("KUBE_API_URL");
     }
     vars.extend(match b.action {
         "post-provision" | "topology" => &["ALL_SHARDS_POD_FQDNS"][..],
         "shard-add" => &["ALL_SHARDS_POD_FQDNS", "KB_ADD_SHARD_NAME"][..],
         "shard-remove" => &["ALL_SHARDS_POD_FQDNS", "KB_REMOVE_SHARD_NAME"][..],
+        "pre-terminate" if b.label == "pre-terminate.1.1" => &["ALL_SHARDS_POD_FQDNS"][..],
         "pre-terminate" => &["ALL_SHARDS_POD_FQDNS", "KB_CLUSTER_COMPONENT_IS_SCALING_IN"][..],
         "member-join" => &["KB_JOIN_MEMBER_POD_NAME", "KB_JOIN_MEMBER_POD_FQDN"][..],
         "member-leave" => &["KB_LEAVE_MEMBER_POD_NAME", "KB_LEAVE_MEMBER_POD_FQDN"][..],
@@ -343,8 +378,24 @@ fn malformed(bed: &Bed) -> Vec<Malformed> {
         m_as("KB_SWITCHOVER_CANDIDATE_FQDN", s1.pod(1).fqdn.clone(), "KB_SWITCHOVER_CANDIDATE_NAME", &[]),
         m("KB_SWITCHOVER_CANDIDATE_NAME", s0.pod(0).name.clone()),
         m("KB_SWITCHOVER_CANDIDATE_NAME", ""),
-        m_as("KUBE_API_URL", "https://kubernetes.default.svc:443", "KUBE_API_URL", &["switchover"]),
-        m_as("KUBE_API_URL", "127.0.0.1:8001", "KUBE_API_URL", &["switchover"]),
+        m("KUBE_API_URL", "https://kubernetes.default.svc:443"),
+        m("KUBE_API_URL", "127.0.0.1:8001"),
+        // Values the templates used to accept and that failed only later, or were ignored: each changed nothing
+        // but must be refused up front all the same.
+        m("ETCD_ENDPOINTS", "etcd::2379"),
+        m("ETCD_ENDPOINTS", "user@etcd:2379"),
+        m("CODIS_DASHBOARD_ADDR", "dash::18080"),
+        m("CODIS_DASHBOARD_ADDR", "dash_board:18080"),
+        m("PIKA_ADDRESS_OVERRIDES", format!("{}=127.0.0.1::1", s0.pod(0).server())),
+        m("PIKA_HOST", "pika host"),
+        m("PIKA_HOST", "127.0.0.1:9221"),
+        m("LOG_FORMAT", "xml"),
+        m("LOG_FORMAT", "jsonl"),
+        m("ACTION_TEMPLATES_DIR", "/nonexistent"),
+        m("ACTION_TEMPLATES_DIR", "/etc/hostname"),
+        m("KB_CLUSTER_COMPONENT_LIST", "etcd,Pk_X"),
+        m("KB_CLUSTER_COMPONENT_DELETING_LIST", "Pk_X"),
+        m("KB_CLUSTER_COMPONENT_UNDELETED_LIST", "etcd,codis dashboard"),
         m("POD_NAME", format!("{}-5", s0.full)),
         m("POD_NAME", s1.pod(0).name.clone()),
     ];

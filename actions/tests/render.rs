@@ -59,7 +59,11 @@ fn every_template_renders_its_golden_event() {
     for case in &cases {
         let stem = case.file_stem().unwrap().to_string_lossy().into_owned();
         let action = stem.split('.').next().unwrap();
-        let out = run(&["render", action], &read_env(case));
+        // `<case>.args`: command-line options of the subcommand, one per line.
+        let options = std::fs::read_to_string(case.with_extension("args")).unwrap_or_default();
+        let mut args = vec!["render", action];
+        args.extend(options.lines().map(str::trim).filter(|l| !l.is_empty()));
+        let out = run(&args, &read_env(case));
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{stem}: {}", text(&out.stderr));
         assert!(!stdout.contains(SECRET) && !text(&out.stderr).contains(SECRET), "{stem} leaked the password");
@@ -93,10 +97,44 @@ fn every_action_has_a_template_on_the_lines_it_runs_on() {
         assert_eq!(out.status.code(), Some(2));
         assert!(text(&out.stderr).contains("KUBEBLOCKS_LINE"), "{}", text(&out.stderr));
     }
-    let mut env = env_of("pre-terminate.1.0.scaling-in");
-    env.remove("KB_CLUSTER_COMPONENT_LIST");
-    env.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
-    assert_eq!(run(&["render", "pre-terminate"], &env).status.code(), Some(2));
+    // pre-terminate runs on both lines: the 1.0 component action with the legacy lists, the 1.1 safety net without.
+    for case in ["pre-terminate.1.0.scaling-in", "pre-terminate.1.1"] {
+        let out = run(&["render", "pre-terminate"], &env_of(case));
+        assert_eq!(out.status.code(), Some(0), "{case}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_kubeblocks_line_the_environment_contradicts_is_exit_2_saying_how_to_fix_it() {
+    // An addon installed for 1.1 on a KubeBlocks 1.0.x (which sets the legacy lists), and the other way round.
+    let cases = [
+        ("post-provision.1.0", "1.1", None, "kubeblocksLine=1.0"),
+        ("pre-terminate.1.0.scaling-in", "1.1", None, "kubeblocksLine=1.0"),
+        ("post-provision.1.1", "1.0", None, "kubeblocksLine=1.1"),
+        ("pre-terminate.1.1", "1.0", None, "kubeblocksLine=1.1"),
+        ("post-provision.1.0.own-shard", "1.1", Some("--own-shard"), "kubeblocksLine=1.0"),
+        ("post-provision.1.1.own-shard", "1.0.2", Some("--own-shard"), "kubeblocksLine=1.1"),
+    ];
+    for (case, line, option, fix) in cases {
+        let mut env = env_of(case);
+        env.insert("KUBEBLOCKS_LINE".into(), line.into());
+        let action = case.split('.').next().unwrap();
+        for mut args in [vec!["render", action], vec![action]] {
+            args.extend(option);
+            let out = run(&args, &env);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{case} with KUBEBLOCKS_LINE={line}: {stderr}");
+            assert!(stderr.contains("KUBEBLOCKS_LINE") && stderr.contains(fix), "{case}: {stderr}");
+            assert!(out.stdout.is_empty(), "{case}");
+        }
+    }
+    // Unset, the line is detected: the same environments render on the line they are from.
+    for case in ["post-provision.1.0", "pre-terminate.1.0.scaling-in", "post-provision.1.1", "pre-terminate.1.1"] {
+        let mut env = env_of(case);
+        env.remove("KUBEBLOCKS_LINE");
+        let out = run(&["render", case.split('.').next().unwrap()], &env);
+        assert_eq!(out.status.code(), Some(0), "{case} without KUBEBLOCKS_LINE: {}", text(&out.stderr));
+    }
 }
 
 /// One bad input: start from a valid case, change one variable, expect exit 2 naming `names`.
@@ -118,7 +156,18 @@ fn bad_inputs() -> Vec<Bad> {
     let mut table = Vec::new();
     // Every required variable missing and empty, for each action.
     let required: &[(&str, &[&str])] = &[
-        ("post-provision.1.1", &["CLUSTER_NAME", "CLUSTER_NAMESPACE", "CODIS_DASHBOARD_ADDR", "ETCD_ENDPOINTS", "SHARD_NAME", "SHARD_POD_FQDNS", "ALL_SHARDS_POD_FQDNS"]),
+        (
+            "post-provision.1.1",
+            &[
+                "CLUSTER_NAME",
+                "CLUSTER_NAMESPACE",
+                "CODIS_DASHBOARD_ADDR",
+                "ETCD_ENDPOINTS",
+                "SHARD_NAME",
+                "SHARD_POD_FQDNS",
+                "ALL_SHARDS_POD_FQDNS",
+            ],
+        ),
         ("shard-add.1.1", &["KB_ADD_SHARD_NAME", "ALL_SHARDS_POD_FQDNS", "ETCD_ENDPOINTS"]),
         ("shard-remove.1.1", &["KB_REMOVE_SHARD_NAME", "ALL_SHARDS_POD_FQDNS"]),
         ("pre-terminate.1.0.scaling-in", &["SHARD_NAME", "SHARD_POD_FQDNS", "ETCD_ENDPOINTS", "ALL_SHARDS_POD_FQDNS"]),
@@ -150,13 +199,23 @@ fn bad_inputs() -> Vec<Bad> {
         bad("post-provision.1.1", "SHARD_POD_FQDNS", Some(","), "SHARD_POD_FQDNS"),
         bad("post-provision.1.1", "SHARD_POD_FQDNS", Some(OTHER_CLUSTER), "SHARD_POD_FQDNS"),
         bad("post-provision.1.1", "SHARD_POD_FQDNS", Some(OTHER_NAMESPACE), "SHARD_POD_FQDNS"),
-        bad("post-provision.1.1", "SHARD_POD_FQDNS", Some("c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc.cluster.local"), "SHARD_POD_FQDNS"),
+        bad(
+            "post-provision.1.1",
+            "SHARD_POD_FQDNS",
+            Some("c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc.cluster.local"),
+            "SHARD_POD_FQDNS",
+        ),
         bad("post-provision.1.1", "SHARD_NAME", Some("c2-pika-x7k"), "SHARD_NAME"),
         bad("post-provision.1.1", "SHARD_NAME", Some("C1_PIKA"), "SHARD_NAME"),
         bad("post-provision.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-x7k"), "ALL_SHARDS_POD_FQDNS"),
         bad("post-provision.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-x7k:"), "ALL_SHARDS_POD_FQDNS"),
         bad("post-provision.1.1", "ALL_SHARDS_POD_FQDNS", Some(";;"), "ALL_SHARDS_POD_FQDNS"),
-        bad("post-provision.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-b2c:c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc"), "SHARD_NAME"),
+        bad(
+            "post-provision.1.1",
+            "ALL_SHARDS_POD_FQDNS",
+            Some("pika-b2c:c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc"),
+            "SHARD_NAME",
+        ),
         bad("post-provision.1.1", "CLUSTER_NAME", Some("c1.prod"), "CLUSTER_NAME"),
         bad("post-provision.1.1", "KUBEBLOCKS_LINE", Some("0.9.3"), "KUBEBLOCKS_LINE"),
         bad("post-provision.1.1", "KUBEBLOCKS_LINE", Some("latest"), "KUBEBLOCKS_LINE"),
@@ -165,22 +224,82 @@ fn bad_inputs() -> Vec<Bad> {
         bad("shard-add.1.1", "KB_ADD_SHARD_NAME", Some("c1-pika-zzz"), "KB_ADD_SHARD_NAME"),
         bad("shard-add.1.1", "KB_ADD_SHARD_NAME", Some("c2-pika-q9z"), "KB_ADD_SHARD_NAME"),
         bad("shard-remove.1.1", "KB_REMOVE_SHARD_NAME", Some("other-pika-q9z"), "KB_REMOVE_SHARD_NAME"),
-        bad("pre-terminate.1.0.scaling-in", "KB_CLUSTER_COMPONENT_IS_SCALING_IN", Some("yes"), "KB_CLUSTER_COMPONENT_IS_SCALING_IN"),
-        bad("member-join.1.1", "KB_JOIN_MEMBER_POD_FQDN", Some("c1-pika-x7k-7.c1-pika-x7k-headless.prod.svc.cluster.local"), "KB_JOIN_MEMBER_POD_NAME"),
+        bad(
+            "pre-terminate.1.0.scaling-in",
+            "KB_CLUSTER_COMPONENT_IS_SCALING_IN",
+            Some("yes"),
+            "KB_CLUSTER_COMPONENT_IS_SCALING_IN",
+        ),
+        bad(
+            "member-join.1.1",
+            "KB_JOIN_MEMBER_POD_FQDN",
+            Some("c1-pika-x7k-7.c1-pika-x7k-headless.prod.svc.cluster.local"),
+            "KB_JOIN_MEMBER_POD_NAME",
+        ),
         bad("member-join.1.1", "KB_JOIN_MEMBER_POD_NAME", Some("c1-pika-x7k-9"), "KB_JOIN_MEMBER_POD_NAME"),
         bad("member-join.1.1", "KB_JOIN_MEMBER_POD_FQDN", Some("not a fqdn"), "KB_JOIN_MEMBER_POD_FQDN"),
-        bad("member-leave.1.1", "KB_LEAVE_MEMBER_POD_FQDN", Some("c1-pika-b2c-2.c1-pika-b2c-headless.prod.svc.cluster.local"), "KB_LEAVE_MEMBER_POD_NAME"),
-        bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_FQDN", Some("c1-pika-b2c-1.c1-pika-b2c-headless.prod.svc.cluster.local"), "KB_SWITCHOVER_CANDIDATE_NAME"),
-        bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_NAME", Some("c1-pika-x7k-0"), "KB_SWITCHOVER_CANDIDATE_NAME"),
+        bad(
+            "member-leave.1.1",
+            "KB_LEAVE_MEMBER_POD_FQDN",
+            Some("c1-pika-b2c-2.c1-pika-b2c-headless.prod.svc.cluster.local"),
+            "KB_LEAVE_MEMBER_POD_NAME",
+        ),
+        bad(
+            "switchover.1.1.candidate",
+            "KB_SWITCHOVER_CANDIDATE_FQDN",
+            Some("c1-pika-b2c-1.c1-pika-b2c-headless.prod.svc.cluster.local"),
+            "KB_SWITCHOVER_CANDIDATE_NAME",
+        ),
+        bad(
+            "switchover.1.1.candidate",
+            "KB_SWITCHOVER_CANDIDATE_NAME",
+            Some("c1-pika-x7k-0"),
+            "KB_SWITCHOVER_CANDIDATE_NAME",
+        ),
         bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_NAME", Some(""), "KB_SWITCHOVER_CANDIDATE_NAME"),
         bad("rejoin.1.1", "POD_NAME", Some("c1-pika-x7k-5"), "POD_NAME"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("https://kubernetes.default.svc:443"), "KUBE_API_URL"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("127.0.0.1:8001"), "KUBE_API_URL"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("http://proxy"), "KUBE_API_URL"),
         bad("topology.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-x7k"), "ALL_SHARDS_POD_FQDNS"),
-        bad("topology.1.1", "ALL_SHARDS_POD_FQDNS", Some("pika-b2c:c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc"), "ALL_SHARDS_POD_FQDNS"),
+        bad(
+            "topology.1.1",
+            "ALL_SHARDS_POD_FQDNS",
+            Some("pika-b2c:c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc"),
+            "ALL_SHARDS_POD_FQDNS",
+        ),
         bad("topology.1.1", "CODIS_DASHBOARD_ADDR", Some("dashboard"), "CODIS_DASHBOARD_ADDR"),
         bad("role-probe.1.1", "PIKA_PORT", Some("port"), "PIKA_PORT"),
+        bad("role-probe.1.1", "PIKA_HOST", Some("pika host"), "PIKA_HOST"),
+        bad("role-probe.1.1", "LOG_FORMAT", Some("xml"), "LOG_FORMAT"),
+        bad("post-provision.1.1", "ETCD_ENDPOINTS", Some("etcd::2379"), "ETCD_ENDPOINTS"),
+        bad("post-provision.1.1", "CODIS_DASHBOARD_ADDR", Some("dash:board:18080"), "CODIS_DASHBOARD_ADDR"),
+        bad("post-provision.1.1", "LOG_FORMAT", Some("xml"), "LOG_FORMAT"),
+        bad("post-provision.1.1", "ACTION_TEMPLATES_DIR", Some("/nonexistent"), "ACTION_TEMPLATES_DIR"),
+        bad(
+            "post-provision.1.0",
+            "KB_CLUSTER_COMPONENT_DELETING_LIST",
+            Some("Pika_X"),
+            "KB_CLUSTER_COMPONENT_DELETING_LIST",
+        ),
+        bad(
+            "post-provision.1.0",
+            "ALL_SHARDS_POD_FQDNS",
+            Some("c2-pika-x7k-0.c2-pika-x7k-headless.prod.svc"),
+            "ALL_SHARDS_POD_FQDNS",
+        ),
+        bad(
+            "post-provision.1.0",
+            "ALL_SHARDS_POD_FQDNS",
+            Some("c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc,c1-pika-b2c-0.c1-pika-b2c-headless.prod.svc"),
+            "ALL_SHARDS_POD_FQDNS",
+        ),
+        bad("pre-terminate.1.0.deletion", "ETCD_ENDPOINTS", Some("etcd::2379"), "ETCD_ENDPOINTS"),
+        bad("pre-terminate.1.1", "KUBE_API_URL", Some("https://kubernetes.default.svc"), "KUBE_API_URL"),
+        bad("pre-terminate.1.1", "ALL_SHARDS_POD_FQDNS", Some(";"), "ALL_SHARDS_POD_FQDNS"),
+        bad("pre-terminate.1.1", "ETCD_ENDPOINTS", Some("etcd"), "ETCD_ENDPOINTS"),
+        bad("rejoin.1.1", "ETCD_ENDPOINTS", Some("etcd::2379"), "ETCD_ENDPOINTS"),
+        bad("topology.1.1", "ETCD_ENDPOINTS", Some("etcd"), "ETCD_ENDPOINTS"),
     ]);
     table
 }
@@ -203,7 +322,11 @@ fn bad_input_is_exit_2_naming_the_variable_before_anything_is_contacted() {
             if out.status.code() != Some(2) || !stderr.contains(b.names) || stderr.contains(SECRET) {
                 failures.push(format!(
                     "{:?} {}={:?}: exit {:?}, stderr {stderr:?} (wanted 2 naming {})",
-                    args, b.var, b.value, out.status.code(), b.names
+                    args,
+                    b.var,
+                    b.value,
+                    out.status.code(),
+                    b.names
                 ));
             }
             if !out.stdout.is_empty() {
@@ -211,7 +334,13 @@ fn bad_input_is_exit_2_naming_the_variable_before_anything_is_contacted() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} bad inputs mishandled:\n{}", failures.len(), table.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad inputs mishandled:\n{}",
+        failures.len(),
+        table.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -259,21 +388,42 @@ fn a_broken_template_is_exit_2_naming_the_template_directory() {
             assert!(!stderr.contains(SECRET) && out.stdout.is_empty(), "{what}: leaked or printed");
         }
     }
-    let mut env = env_of("role-probe.1.1");
-    env.insert("ACTION_TEMPLATES_DIR".into(), "/nonexistent/templates".into());
-    assert_eq!(run(&["render", "role-probe"], &env).status.code(), Some(0), "a missing directory falls back");
+    // A directory that is not there would silently leave the built-in templates in place.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for dir in ["/nonexistent/templates".to_owned(), file.path().display().to_string()] {
+        let mut env = env_of("role-probe.1.1");
+        env.insert("ACTION_TEMPLATES_DIR".into(), dir.clone());
+        for args in [vec!["render", "role-probe"], vec!["role-probe"]] {
+            let out = run(&args, &env);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{dir}: {stderr}");
+            assert!(stderr.contains("ACTION_TEMPLATES_DIR"), "{dir}: {stderr}");
+        }
+    }
 }
 
 #[test]
 fn every_subcommand_documents_its_variables_in_help() {
     let expect: &[(&str, &[&str])] = &[
-        ("post-provision", &["CODIS_DASHBOARD_ADDR", "ETCD_ENDPOINTS", "ALL_SHARDS_POD_FQDNS", "KB_CLUSTER_COMPONENT_LIST", "ACTION_BUDGET_SECONDS"]),
+        (
+            "post-provision",
+            &[
+                "CODIS_DASHBOARD_ADDR",
+                "ETCD_ENDPOINTS",
+                "ALL_SHARDS_POD_FQDNS",
+                "KB_CLUSTER_COMPONENT_LIST",
+                "ACTION_BUDGET_SECONDS",
+            ],
+        ),
         ("shard-add", &["KB_ADD_SHARD_NAME", "ALL_SHARDS_POD_FQDNS"]),
         ("shard-remove", &["KB_REMOVE_SHARD_NAME"]),
         ("pre-terminate", &["KB_CLUSTER_COMPONENT_IS_SCALING_IN"]),
         ("member-join", &["KB_JOIN_MEMBER_POD_NAME", "KB_JOIN_MEMBER_POD_FQDN"]),
         ("member-leave", &["KB_LEAVE_MEMBER_POD_NAME", "KB_LEAVE_MEMBER_POD_FQDN"]),
-        ("switchover", &["KB_SWITCHOVER_CURRENT_FQDN", "KB_SWITCHOVER_CANDIDATE_FQDN", "KB_SWITCHOVER_ROLE", "KUBE_API_URL"]),
+        (
+            "switchover",
+            &["KB_SWITCHOVER_CURRENT_FQDN", "KB_SWITCHOVER_CANDIDATE_FQDN", "KB_SWITCHOVER_ROLE", "KUBE_API_URL"],
+        ),
         ("role-probe", &["PIKA_HOST", "PIKA_PORT", "PIKA_PASSWORD"]),
         ("rejoin", &["POD_NAME", "SHARD_POD_FQDNS"]),
         ("topology", &["CODIS_DASHBOARD_ADDR", "ALL_SHARDS_POD_FQDNS", "PIKA_ADDRESS_OVERRIDES", "ETCD_ENDPOINTS"]),

@@ -18,7 +18,7 @@ use rollout::{
     assert_one_master, bed_with_master, codis_master, observing, pika_masters, promotes, rolling_restart, stdout,
     switchover_env, FakeKube, Order,
 };
-use support::{describe, run, run_to_completion, Bed};
+use support::{describe, run, Bed};
 use testbed::Fault;
 
 /// Makes replication offsets stand still between writes: redis-server pings its replicas every second (which moves
@@ -307,24 +307,6 @@ fn a_promote_whose_answer_is_lost_is_confirmed_before_it_is_sent_again() {
     let out = run("switchover", &switchover_env(&bed, 0, None));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_one_master(&bed, 2);
-}
-
-#[test]
-fn a_budget_that_runs_out_mid_promote_exits_75_and_the_rerun_finishes_the_same_transfer() {
-    let bed = bed_with_master(3, 0);
-    quiet(&bed);
-    bed.codis.fail_next_on("/api/topom/group/promote/", 1, Fault::Timeout(Duration::from_secs(4)));
-    let mut env = switchover_env(&bed, 0, None);
-    env.insert("ACTION_BUDGET_SECONDS".into(), "3".into());
-    let out = run("switchover", &env);
-    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("in progress"), "{}", describe(&out));
-    assert_eq!(fence(&bed, None), Some(server(&bed, 2)), "the fence outlives the run");
-
-    env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
-    run_to_completion("switchover", &env);
-    assert_one_master(&bed, 2);
-    assert_eq!(fence(&bed, None), None);
 }
 
 #[test]

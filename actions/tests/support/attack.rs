@@ -203,7 +203,7 @@ pub fn watch<T>(bed: &Bed, f: impl FnOnce() -> T) -> (T, Watched) {
                 }
                 check_codis(&before, total, &mut owned, &mut seen.violations);
                 // The pikas, only every few rounds: each costs a connection per server.
-                if rounds % 4 == 0 {
+                if rounds.is_multiple_of(4) {
                     let mut roles: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
                     for g in before.groups.iter().filter(|g| established.contains(&g.id)) {
                         for s in &g.servers {

@@ -11,8 +11,13 @@ pub use testbed::cluster::{
 
 /// Runs `pika-action <action>` the way kbagent does: no shell, working directory `/`, exactly `env` plus PATH.
 pub fn run(action: &str, env: &BTreeMap<String, String>) -> Output {
+    run_args(&[action], env)
+}
+
+/// Like [`run`], with options after the subcommand (`["post-provision", "--own-shard"]`).
+pub fn run_args(args: &[&str], env: &BTreeMap<String, String>) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pika-action"))
-        .arg(action)
+        .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .envs(env)
