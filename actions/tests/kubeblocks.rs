@@ -524,9 +524,13 @@ fn measure_the_drain_of_512_slots_under_the_1_1_backoff() {
     let mut opts = options(Line::V1_1, "md");
     opts.var_overrides.insert("ACTION_BUDGET_SECONDS".into(), "2".into());
     opts.deadline = Duration::from_secs(1800);
-    // KBEMU_MEASURE_TICKS slows each slot's migration (ticks spent migrating), for a longer drain.
+    // KBEMU_MEASURE_TICK_MS sets the double's tick (what Codis's 1 s becomes; 1000 is Codis's own pace) and
+    // KBEMU_MEASURE_TICKS stretches each slot's migration over that many batches, for a longer drain.
     let ticks: Option<u32> = std::env::var("KBEMU_MEASURE_TICKS").ok().and_then(|t| t.parse().ok());
     opts.migration_ticks = ticks;
+    if let Some(ms) = std::env::var("KBEMU_MEASURE_TICK_MS").ok().and_then(|t| t.parse().ok()) {
+        opts.codis_tick = Duration::from_millis(ms);
+    }
     let tick = opts.codis_tick;
     let kb = KubeBlocks::install(opts).expect("install");
     step(&kb, "create 2 shards", kb.create_cluster(2, 2));
@@ -565,7 +569,12 @@ fn measure_the_drain_of_512_slots_under_the_1_1_backoff() {
         .collect();
     let per_slot = migrated_at.map(|t| t / u32::try_from(slots).unwrap_or(1));
     eprintln!("MEASURE drain of {slots} slots, ACTION_BUDGET_SECONDS=2, KubeBlocks 1.1 backoff, real time");
-    eprintln!("MEASURE   the double: executor tick {tick:?}, {} tick(s) migrating, one slot of a group at a time: {per_slot:.0?} per slot", ticks.unwrap_or(1));
+    let parallel = codis.options().migration_parallel_slots;
+    eprintln!(
+        "MEASURE   the double: tick {tick:?} (Codis's 1 s), up to {parallel} slots per round, each over at least {} \
+         batch(es): {per_slot:.1?} per slot on average",
+        ticks.unwrap_or(1)
+    );
     eprintln!("MEASURE   all slots off the group after {migrated_at:.1?}; shard removed after {done:.1?}");
     eprintln!(
         "MEASURE   {} shardRemove runs, exit codes {:?}",
