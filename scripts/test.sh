@@ -1,28 +1,58 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit tests, the integration tests that drive the real pika-action binary over
 # real etcd, real redis-servers and the Codis double, and the transcript conformance test of the double.
-# The reliability suite (actions/tests/reliability_*.rs, crash_*.rs) records its trials under
-# <target>/tmp/reliability; their table is printed at the end, whatever the outcome, without changing the exit status.
+# The reliability suite (actions/tests/reliability_*.rs, crash_*.rs) records what it counted under
+# <target>/tmp/reliability; the tables are printed at the end whatever the outcome: trials (attacks on a running
+# system checked against Codis, redis and etcd state), checks (runs of the binary whose exit and output were
+# checked), proptest cases and fuzz inputs, each on its own. The script fails when any test failed, when any
+# category recorded a failure, or when the fail-point tests (feature `failpoints`) did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 reliability="${CARGO_TARGET_DIR:-target}/tmp/reliability"
 rm -rf "$reliability"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --all-features --locked || status=$?
+cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+
+echo
+awk '/^test result: / { p += $4; f += $6; i += $8 }
+     END { printf "cargo test: %d passed, %d failed, %d ignored\n", p, f, i }' "$log"
+if grep -q "^test result: FAILED" "$log"; then
+  echo "failed tests:"
+  awk '/^failures:$/ { on = 1; next } /^test result:/ { on = 0 } on && /^    [^ ]/ { print "  " $1 }' "$log" | sort -u
+fi
+
 if compgen -G "$reliability/*.jsonl" >/dev/null; then
   echo
-  echo "reliability summary (trials and failures per category)"
   cat "$reliability"/*.jsonl | awk '
+    match($0, /"kind": "[^"]*"/) { k = substr($0, RSTART + 9, RLENGTH - 10) }
     match($0, /"category": "[^"]*"/) { c = substr($0, RSTART + 13, RLENGTH - 14) }
-    match($0, /"trials": [0-9]+/) { t[c] += substr($0, RSTART + 10, RLENGTH - 10) }
-    match($0, /"failures": [0-9]+/) { f[c] += substr($0, RSTART + 12, RLENGTH - 12) }
+    match($0, /"count": [0-9]+/) { n[k SUBSEP c] += substr($0, RSTART + 9, RLENGTH - 9) }
+    match($0, /"failures": [0-9]+/) { f[k SUBSEP c] += substr($0, RSTART + 12, RLENGTH - 12) }
     END {
-      printf "%-62s %8s %9s\n", "category", "trials", "failures"
-      n = 0; for (k in t) keys[++n] = k
-      for (i = 2; i <= n; i++) { v = keys[i]; for (j = i - 1; j > 0 && keys[j] > v; j--) keys[j + 1] = keys[j]; keys[j + 1] = v }
-      for (i = 1; i <= n; i++) { printf "%-62s %8d %9d\n", keys[i], t[keys[i]], f[keys[i]]; tt += t[keys[i]]; ff += f[keys[i]] }
-      printf "%-62s %8d %9d\n", "total", tt, ff
-    }' || true
+      kinds[1] = "trial"; kinds[2] = "check"; kinds[3] = "proptest case"; kinds[4] = "fuzz input"
+      for (o = 1; o <= 4; o++) {
+        kind = kinds[o]; m = 0; delete keys
+        for (key in n) { split(key, parts, SUBSEP); if (parts[1] == kind) keys[++m] = parts[2] }
+        if (m == 0) continue
+        for (i = 2; i <= m; i++) { v = keys[i]; for (j = i - 1; j > 0 && keys[j] > v; j--) keys[j + 1] = keys[j]; keys[j + 1] = v }
+        printf "%-66s %8s %9s\n", kind "s (per category)", "count", "failures"
+        tt = 0; ff = 0
+        for (i = 1; i <= m; i++) { key = kind SUBSEP keys[i]; printf "  %-64s %8d %9d\n", keys[i], n[key], f[key]; tt += n[key]; ff += f[key] }
+        printf "  %-64s %8d %9d\n\n", "total " kind "s", tt, ff
+        all += ff
+      }
+      exit all > 0
+    }' || status=1
 fi
+
+# A plain `cargo test` skips the fail-point tests (required-features); here they must have run and been recorded.
+for crash in $(sed -n 's/^name = "\(crash_[a-z_]*\)"$/\1/p' actions/Cargo.toml); do
+  if ! compgen -G "$reliability/$crash-*.jsonl" >/dev/null; then
+    echo "the fail-point test $crash did not run (or recorded nothing)" >&2
+    status=1
+  fi
+done
 exit "$status"

@@ -2,7 +2,9 @@
 //! its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write),
 //! for n = 1, 2, ... until a run completes without crashing. After each crash the action is rerun normally until it
 //! finishes, and the cluster must have converged: the leaving group gone with its servers and etcd records, every slot
-//! owned by a remaining group, balanced, none lost; a further run changes nothing.
+//! owned by a remaining group, balanced, none lost; a further run changes nothing. Keys written through a codis-proxy
+//! before the scale-in and while the crashed run and its rerun work are all read back afterwards, through the proxy
+//! and from the masters owning their slots.
 
 #[path = "support/summary.rs"]
 mod summary;
@@ -11,7 +13,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{describe, run, run_to_completion, Bed, ClusterFixture, NAMESPACE};
+use support::{describe, run, run_to_completion, Bed, NAMESPACE};
+use testbed::{Ledger, ProxyDouble, Workload, WorkloadOptions};
 
 /// The etcd keys of this cluster.
 fn etcd_keys(bed: &Bed) -> Vec<String> {
@@ -44,22 +47,27 @@ fn with_etcd<T, F: std::future::Future<Output = T>>(
     })
 }
 
-/// A scale-in about to happen: 3 shards of 2 pods over 48 slots, the last one leaving.
+/// A scale-in about to happen: 3 shards of 2 pods over Codis's 1024 slots holding keys, the last one leaving.
 struct Case {
     bed: Bed,
+    proxy: ProxyDouble,
+    ledger: Ledger,
     env: BTreeMap<String, String>,
     leaving: u32,
     remaining: Vec<u32>,
 }
 
 fn case() -> Case {
-    let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions { max_slot_num: 48, ..Default::default() });
+    let bed = Bed::new(3, 2);
     run_to_completion("post-provision", &bed.env(0));
+    let proxy = bed.start_proxy();
+    let ledger = Ledger::preload(&proxy.data_addr(), "before", 600).expect("preload through the proxy");
+    assert_eq!(ledger.acked.len(), 600, "the preload was not acknowledged: {:?}", ledger.errors);
     let mut env = bed.env(2);
     env.insert("KB_REMOVE_SHARD_NAME".into(), bed.cluster.shards[2].full.clone());
     let leaving = bed.gid(2).expect("registered");
     let remaining = vec![bed.gid(0).expect("registered"), bed.gid(1).expect("registered")];
-    Case { bed, env, leaving, remaining }
+    Case { bed, proxy, ledger, env, leaving, remaining }
 }
 
 fn assert_converged(c: &Case, n: usize) {
@@ -75,6 +83,10 @@ fn assert_converged(c: &Case, n: usize) {
         .filter(|k| k.ends_with(&format!("/groups/{}", c.leaving)) || k.contains("/drains/"))
         .collect();
     assert!(stale.is_empty(), "crash point {n}: etcd records left: {stale:?}");
+    let through = c.ledger.verify_through(&c.proxy.data_addr());
+    assert!(through.is_clean(), "crash point {n}: through the proxy: {}", through.summary());
+    let stored = c.ledger.verify_on_backends(&c.bed.codis);
+    assert!(stored.is_clean(), "crash point {n}: on the masters: {}", stored.summary());
     // And it stays converged: one more run changes nothing.
     c.bed.codis.clear_requests();
     let out = run("shard-remove", &c.env);
@@ -86,12 +98,17 @@ fn assert_converged(c: &Case, n: usize) {
 fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
     let mut points = summary::Category::new("crash: shard-remove");
     for n in 1..200 {
-        let c = case();
+        let mut c = case();
         let mut crashing = c.env.clone();
         crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let writer = Workload::start(WorkloadOptions {
+            prefix: format!("during-{n}"),
+            ..WorkloadOptions::through(&[c.proxy.data_addr()])
+        });
         let out = run("shard-remove", &crashing);
         if out.status.code() == Some(0) {
             // Fewer than n mutations: every crash point has been tried.
+            c.ledger.merge(writer.stop());
             assert_converged(&c, n);
             break;
         }
@@ -107,6 +124,8 @@ fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
             );
             expire_locks(&c.bed);
             run_to_completion("shard-remove", &c.env);
+            c.ledger.merge(writer.stop());
+            assert!(!c.ledger.acked.is_empty(), "crash point {n}: no write was acknowledged");
             assert_converged(&c, n);
         });
     }

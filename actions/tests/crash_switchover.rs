@@ -14,6 +14,7 @@ mod support;
 use std::time::Duration;
 
 use rollout::{assert_one_master, bed_with_master, codis_master, pika_masters, promotes, switchover_env};
+use summary::Category;
 use support::{describe, run, run_to_completion, Bed};
 
 /// Points a master switchover has once every client calls the hook: the topology lock and the fence in etcd, the
@@ -33,6 +34,7 @@ fn fence(bed: &Bed) -> Option<String> {
 
 #[test]
 fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
+    let mut points = Category::new("crash: switchover");
     let mut tried: Vec<(usize, String)> = Vec::new();
     let mut between_fence_and_promote = false;
     let mut completed = false;
@@ -54,33 +56,33 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
             .lines()
             .find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()))
             .unwrap_or_else(|| panic!("run {n} neither finished nor crashed: {}", describe(&out)));
-
-        if what.contains("/group/promote/") {
-            // The crash between the fence and the promote: only the fence is there.
-            let target = fence(&bed).expect("the fence is written before the promote");
-            assert_ne!(target, bed.cluster.shards[0].pod(0).server());
-            assert_eq!(codis_master(&bed), 0, "nothing promoted yet");
-            assert_eq!(pika_masters(&bed).len(), 1);
-            between_fence_and_promote = true;
-        }
-
-        env.remove("PIKA_ACTION_CRASH_AT");
-        run_to_completion("switchover", &env);
-        let master = codis_master(&bed);
-        assert_ne!(master, 0, "crash before {what}: the master did not move");
-        assert_one_master(&bed, master);
-        assert_eq!(promotes(&bed), 1, "crash before {what}: {:?}", bed.mutations());
-        assert_eq!(fence(&bed), None, "crash before {what}: the fence was left behind");
-        eprintln!("crash point {n:>2}: before {what} -> converged on rerun");
+        let label = format!("crash point {n:>2}: before {what}");
+        points.trial(&label, || {
+            if what.contains("/group/promote/") {
+                // The crash between the fence and the promote: only the fence is there.
+                let target = fence(&bed).expect("the fence is written before the promote");
+                assert_ne!(target, bed.cluster.shards[0].pod(0).server());
+                assert_eq!(codis_master(&bed), 0, "nothing promoted yet");
+                assert_eq!(pika_masters(&bed).len(), 1);
+                between_fence_and_promote = true;
+            }
+            env.remove("PIKA_ACTION_CRASH_AT");
+            run_to_completion("switchover", &env);
+            let master = codis_master(&bed);
+            assert_ne!(master, 0, "the master did not move");
+            assert_one_master(&bed, master);
+            assert_eq!(promotes(&bed), 1, "{:?}", bed.mutations());
+            assert_eq!(fence(&bed), None, "the fence was left behind");
+        });
+        eprintln!("{label}: tried");
         tried.push((n, what));
     }
     assert!(completed, "the switchover never completed within 40 crash points");
-    // Every point above converged (a failure panics inside the loop): count them in the suite's table.
-    summary::record("crash: switchover", tried.len(), 0);
     assert!(between_fence_and_promote, "no crash point between the fence and the promote: {tried:?}");
     assert!(
         tried.len() >= MINIMUM_POINTS,
         "only {} crash points ({tried:?}); every Codis, pika and etcd mutation must call failpoint::step",
         tried.len()
     );
+    points.finish();
 }

@@ -147,7 +147,8 @@ fn check(action: &str, env: &VarMap, password: Option<&str>) -> Result<bool, Tes
 #[test]
 fn no_environment_makes_an_event_template_panic_or_fail_other_than_exit_2() {
     let cases = golden();
-    let mut category = summary::Category::new("fuzz: random environments through every event template");
+    let mut category =
+        summary::Category::of(summary::Kind::FuzzInput, "fuzz: random environments through every event template");
     let accepted = AtomicUsize::new(0);
     for (action, base) in &cases {
         let mut runner = TestRunner::new(Config { cases: 96, failure_persistence: None, ..Config::default() });
@@ -174,7 +175,7 @@ fn no_environment_makes_an_event_template_panic_or_fail_other_than_exit_2() {
 #[test]
 fn an_environment_made_entirely_of_junk_is_exit_2_and_never_a_panic() {
     let actions: BTreeSet<String> = golden().into_iter().map(|(a, _)| a).collect();
-    let mut category = summary::Category::new("fuzz: environments of junk only");
+    let mut category = summary::Category::of(summary::Kind::FuzzInput, "fuzz: environments of junk only");
     for action in &actions {
         let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
         let strategy = proptest::collection::btree_map(proptest::sample::select(vars::ALL.to_vec()), junk(), 0..12);
@@ -277,7 +278,10 @@ fn no_info_reply_makes_the_master_choice_or_the_convergence_step_panic() {
         }
         Ok(())
     });
-    let mut category = summary::Category::new("fuzz: INFO replies through master choice and convergence");
+    let mut category = summary::Category::of(
+        summary::Kind::ProptestCase,
+        "proptest: INFO replies through master choice and convergence",
+    );
     category.cases("groups of random INFO replies", 512, result.err().map(|e| e.to_string()));
     category.finish();
 }
@@ -322,7 +326,8 @@ fn rejoin_edits_any_config_file_idempotently_leaving_one_replication_line() {
         }
         Ok(())
     });
-    let mut category = summary::Category::new("fuzz: rejoin's config editor over random config files");
+    let mut category =
+        summary::Category::of(summary::Kind::FuzzInput, "fuzz: rejoin's config editor over random config files");
     category.cases("config files", 512, result.err().map(|e| e.to_string()));
     category.finish();
 }

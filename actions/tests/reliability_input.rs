@@ -15,7 +15,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use attack::{etcd_entries, run_until_done, texts};
-use summary::Category;
+use summary::{Category, Kind};
 use support::{run, Bed, ClusterFixture, NAMESPACE};
 use testbed::DoubleOptions;
 
@@ -474,7 +474,7 @@ fn bad_input_to_any_action_of_a_live_cluster_is_exit_2_naming_the_variable_and_c
         assert_eq!(out.status.code(), Some(0), "{}: the base environment does not render: {:?}", b.label, texts(&out));
     }
 
-    let mut missing = Category::new("bad input: required variable missing, empty or blank");
+    let mut missing = Category::of(Kind::Check, "bad input: required variable missing, empty or blank");
     for b in &bases {
         for var in b.required {
             for (how, value) in [("missing", None), ("empty", Some("")), ("blank", Some("   "))] {
@@ -489,7 +489,7 @@ fn bad_input_to_any_action_of_a_live_cluster_is_exit_2_naming_the_variable_and_c
         }
     }
 
-    let mut wrong = Category::new("bad input: malformed variable or wrong configuration");
+    let mut wrong = Category::of(Kind::Check, "bad input: malformed variable or wrong configuration");
     for bad in malformed(&bed) {
         for b in bases.iter().filter(|b| reads(b).contains(&bad.var)) {
             if !bad.only.is_empty() && !bad.only.contains(&b.action) {
@@ -503,7 +503,7 @@ fn bad_input_to_any_action_of_a_live_cluster_is_exit_2_naming_the_variable_and_c
     }
 
     // Unknown KubeBlocks lines for the 1.1-only actions, and a template with a syntax error in place of each.
-    let mut config_errors = Category::new("bad input: template syntax error or action not on this line");
+    let mut config_errors = Category::of(Kind::Check, "bad input: template syntax error or action not on this line");
     let broken = tempfile::tempdir().expect("temp dir");
     for b in &bases {
         for name in [format!("{}.tera", b.action), format!("{}.1.0.tera", b.action), format!("{}.1.1.tera", b.action)] {

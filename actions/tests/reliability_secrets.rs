@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
 use attack::{etcd_entries, run_until_done, texts};
-use summary::Category;
+use summary::{Category, Kind};
 use support::{describe, run, Bed, ClusterFixture};
 use testbed::DoubleOptions;
 
@@ -92,7 +92,8 @@ impl Audit {
 fn no_output_log_line_event_or_record_carries_the_password() {
     let options = DoubleOptions { max_slot_num: 16, ..DoubleOptions::default() };
     let mut bed = Bed::with(ClusterFixture::with_password(2, 2, Some(PASSWORD)), options);
-    let mut audit = Audit { category: Category::new("secrets: outputs, logs and events without the password") };
+    let mut audit =
+        Audit { category: Category::of(Kind::Check, "secrets: outputs, logs and events without the password") };
 
     // The whole life cycle.
     audit.run("post-provision", "post-provision", &bed.env(0));

@@ -12,7 +12,7 @@ mod rollout;
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rollout::{
     assert_one_master, bed_with_master, codis_master, observing, pika_masters, promotes, rolling_restart, stdout,
@@ -157,10 +157,8 @@ fn without_a_reachable_kubernetes_api_the_ordinal_rule_decides_within_the_budget
         quiet(&bed);
         let mut env = switchover_env(&bed, 1, None);
         env.insert("KUBE_API_URL".into(), url.clone());
-        let started = Instant::now();
-        let out = run("switchover", &env);
+        let out = support::run_time_boxed("switchover", &env, 50);
         assert_eq!(out.status.code(), Some(0), "{url}: {}", describe(&out));
-        assert!(started.elapsed() < Duration::from_secs(15), "{url}: took {:?}", started.elapsed());
         assert!(String::from_utf8_lossy(&out.stderr).contains("no rollout facts"), "{}", describe(&out));
         assert_eq!(promotes(&bed), 1);
         assert_one_master(&bed, 2);

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{CodisDouble, DoubleOptions, EtcdServer, RedisServer};
+use crate::{CodisDouble, DoubleOptions, EtcdServer, ProxyDouble, ProxyOptions, RedisServer};
 
 /// The pika port every server is registered with (what the chart's PIKA_PORT says).
 pub const PIKA_PORT: u16 = 9221;
@@ -245,6 +245,20 @@ impl Bed {
         for (server, real) in self.cluster.overrides() {
             self.codis.set_override(&server, &real);
         }
+    }
+
+    /// Starts a codis-proxy of this cluster and brings it online in the double, as `codis-proxy --dashboard` does,
+    /// so that a test can write through [`ProxyDouble::data_addr`] while the topology changes.
+    pub fn start_proxy(&self) -> ProxyDouble {
+        let proxy = ProxyDouble::start_with(ProxyOptions {
+            auth: self.cluster.password.clone().unwrap_or_default(),
+            overrides: self.cluster.overrides(),
+            max_slot_num: self.codis.options().max_slot_num,
+            ..ProxyOptions::new(&self.codis.options().product)
+        });
+        let reply = self.codis.call("PUT", &format!("/api/topom/proxy/online/{{xauth}}/{}", proxy.admin_addr()));
+        assert!(reply.is_ok(), "codis-proxy could not come online: {reply:?}");
+        proxy
     }
 
     /// The environment of shard `index`'s actions, on KubeBlocks 1.1+.

@@ -26,6 +26,53 @@ pub fn run_args(args: &[&str], env: &BTreeMap<String, String>) -> Output {
         .expect("run pika-action")
 }
 
+/// Runs `pika-action <action>` like [`run`] when its time box is what the test is about: the action must stop on
+/// its own once `budget` (its `ACTION_BUDGET_SECONDS`) is used up. A run still going long after that (four times
+/// the budget plus a minute, far beyond any slow machine's lag) is a hang, not slowness: it is killed and the
+/// test fails saying so. How long a run took is never asserted.
+pub fn run_time_boxed(action: &str, env: &BTreeMap<String, String>, budget: u64) -> Output {
+    use std::time::{Duration, Instant};
+    let hang = Duration::from_secs(budget * 4 + 60);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pika-action"))
+        .arg(action)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run pika-action");
+    // Drained while it runs, so that a chatty run never blocks on a full pipe and looks hung.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for pika-action") {
+            break status;
+        }
+        if started.elapsed() > hang {
+            let _ = child.kill();
+            let status = child.wait().expect("reap pika-action");
+            let out =
+                Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() };
+            panic!(
+                "{action} still ran {hang:?} after it started on a budget of {budget} s: not time-boxed\n{}",
+                describe(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
+}
+
 /// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else.
 pub fn run_to_completion(action: &str, env: &BTreeMap<String, String>) -> Vec<Output> {
     let mut outputs = Vec::new();

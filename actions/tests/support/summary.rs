@@ -1,7 +1,8 @@
-//! Trial records of the reliability suite: every category of attack (a crash point, an injected fault, a pair of
-//! actions launched at once, a bad input) counts its trials and failures here, and appends one JSON line per
-//! category to `$CARGO_TARGET_TMPDIR/reliability/<test binary>.jsonl` when it is done — also when a trial panicked,
-//! so a failure is counted before the test fails. `scripts/test.sh` prints the table after `cargo test`.
+//! Records of the reliability suite. Each category counts one [`Kind`] of thing and its failures, and appends one
+//! JSON line to `$CARGO_TARGET_TMPDIR/reliability/<test binary>.jsonl` when it is done — also when a trial panicked,
+//! so a failure is counted before the test fails, and when the test failed outside any trial, which then counts as
+//! a failure of the category. `scripts/test.sh` prints one table per kind after `cargo test`, so that generated
+//! cases never pass for attacks.
 //!
 //! Declared by the test files that use it with `#[path = "support/summary.rs"] mod summary;`, so that the other
 //! test binaries sharing `support/` are not affected.
@@ -17,8 +18,34 @@ pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reliability")
 }
 
-/// Appends one record `{"category": ..., "trials": n, "failures": m}`.
-pub fn record(category: &str, trials: usize, failures: usize) {
+/// What a category counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One attack on a running system (real etcd, redis-servers, the Codis double) whose outcome was checked
+    /// against Codis, redis and etcd state.
+    Trial,
+    /// One run of the real binary whose exit status and output were checked (a bad input refused, a log line
+    /// without the password), with no attack on the running system.
+    Check,
+    /// One case a property test generated and checked in process.
+    ProptestCase,
+    /// One generated input fed to the binary or a parser (fuzzing).
+    FuzzInput,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Trial => "trial",
+            Self::Check => "check",
+            Self::ProptestCase => "proptest case",
+            Self::FuzzInput => "fuzz input",
+        }
+    }
+}
+
+/// Appends one record `{"kind": ..., "category": ..., "count": n, "failures": m}`.
+pub fn record(kind: Kind, category: &str, count: usize, failures: usize) {
     let dir = dir();
     let _ = std::fs::create_dir_all(&dir);
     let binary = std::env::current_exe()
@@ -26,7 +53,8 @@ pub fn record(category: &str, trials: usize, failures: usize) {
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "tests".to_owned());
     let line = format!(
-        "{{\"category\": {}, \"trials\": {trials}, \"failures\": {failures}}}\n",
+        "{{\"kind\": \"{}\", \"category\": {}, \"count\": {count}, \"failures\": {failures}}}\n",
+        kind.label(),
         serde_json::Value::from(category)
     );
     // One write of a short line to a file opened for appending: lines of parallel tests never interleave.
@@ -41,6 +69,7 @@ pub fn record(category: &str, trials: usize, failures: usize) {
 /// runs and is counted; [`Category::finish`] records the counts and fails the test with every failure's message.
 /// Dropped unfinished (the test failed elsewhere), it still records what it counted.
 pub struct Category {
+    kind: Kind,
     name: String,
     trials: usize,
     failures: Vec<String>,
@@ -48,9 +77,14 @@ pub struct Category {
 }
 
 impl Category {
-    /// A category named as it appears in the summary table, e.g. `crash: member-leave`.
+    /// A category of trials, named as it appears in the summary table, e.g. `crash: member-leave`.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), trials: 0, failures: Vec::new(), recorded: false }
+        Self::of(Kind::Trial, name)
+    }
+
+    /// A category counting `kind`.
+    pub fn of(kind: Kind, name: impl Into<String>) -> Self {
+        Self { kind, name: name.into(), trials: 0, failures: Vec::new(), recorded: false }
     }
 
     /// Runs one trial named `label`; a panic is a failure of this trial, not of the test (yet).
@@ -78,8 +112,13 @@ impl Category {
         }
     }
 
-    /// Counts `n` generated cases (a property test) as trials, one of them failed when `failure` is given.
+    /// Counts `n` generated cases (a property test or a fuzz run), one of them failed when `failure` is given.
     pub fn cases(&mut self, label: impl Display, n: usize, failure: Option<String>) {
+        assert!(
+            matches!(self.kind, Kind::ProptestCase | Kind::FuzzInput),
+            "{}: generated cases are not trials or checks",
+            self.name
+        );
         self.trials += n;
         if let Some(why) = failure {
             self.failures.push(format!("{label}: {why}"));
@@ -94,10 +133,11 @@ impl Category {
     /// Records the counts and panics listing every failed trial.
     pub fn finish(mut self) {
         self.write();
-        println!("{}: {} trial(s), {} failure(s)", self.name, self.trials, self.failures.len());
+        let kind = self.kind.label();
+        println!("{}: {} {kind}(s), {} failure(s)", self.name, self.trials, self.failures.len());
         assert!(
             self.failures.is_empty(),
-            "{}: {} of {} trial(s) failed:\n{}",
+            "{}: {} of {} {kind}(s) failed:\n{}",
             self.name,
             self.failures.len(),
             self.trials,
@@ -108,15 +148,18 @@ impl Category {
     fn write(&mut self) {
         if !self.recorded {
             self.recorded = true;
-            record(&self.name, self.trials, self.failures.len());
+            record(self.kind, &self.name, self.trials, self.failures.len());
         }
     }
 }
 
 impl Drop for Category {
     fn drop(&mut self) {
-        // Not finished: the test failed elsewhere (another category's finish, or outside any trial); what was
-        // counted is still recorded.
+        // Not finished: the test failed elsewhere (another category's finish, or outside any trial). What was
+        // counted is still recorded, and a failure outside the trials counts as one, so the table never shows 0.
+        if !self.recorded && std::thread::panicking() {
+            self.failures.push("the test failed outside this category's trials".to_owned());
+        }
         self.write();
     }
 }
