@@ -27,7 +27,7 @@ struct Case {
 }
 
 fn case() -> Case {
-    let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions { max_slot_num: 24, ..Default::default() });
+    let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions::default());
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     let mut env = bed.env_v1_0(1, &[1]);
     env.insert("KB_CLUSTER_COMPONENT_IS_SCALING_IN".into(), "true".into());

@@ -75,10 +75,7 @@ fn post_provision_converges_after_a_crash_before_any_of_its_steps() {
 fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(
-                support::ClusterFixture::new(2, 1),
-                testbed::DoubleOptions { max_slot_num: 16, ..Default::default() },
-            );
+            let mut bed = Bed::with(support::ClusterFixture::new(2, 1), testbed::DoubleOptions::default());
             run_to_completion("post-provision", &bed.env(0));
             let added = bed.add_shard(2);
             let mut env = bed.env(0);
@@ -101,10 +98,7 @@ fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
 fn member_join_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(
-                support::ClusterFixture::new(1, 1),
-                testbed::DoubleOptions { max_slot_num: 16, ..Default::default() },
-            );
+            let mut bed = Bed::with(support::ClusterFixture::new(1, 1), testbed::DoubleOptions::default());
             run_to_completion("post-provision", &bed.env(0));
             let ordinal = bed.add_pod(0);
             let pod = bed.cluster.shards[0].pod(ordinal);

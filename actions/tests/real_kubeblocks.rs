@@ -18,10 +18,6 @@ use testbed::{DoubleOptions, ProxyDouble};
 
 type Env = BTreeMap<String, String>;
 
-fn small(max_slot_num: usize) -> DoubleOptions {
-    DoubleOptions { max_slot_num, ..DoubleOptions::default() }
-}
-
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -83,7 +79,7 @@ fn env_1_0(bed: &Bed, index: usize, existing: &[usize], deleting: &[usize]) -> E
 #[test]
 fn a_one_shard_cluster_comes_up_on_both_lines_with_the_bare_all_shards_value() {
     for line in ["1.0", "1.1"] {
-        let bed = Bed::with(ClusterFixture::new(1, 2), small(64));
+        let bed = Bed::with(ClusterFixture::new(1, 2), DoubleOptions::default());
         let env = if line == "1.0" {
             env_1_0(&bed, 0, &[0], &[])
         } else {
@@ -96,7 +92,7 @@ fn a_one_shard_cluster_comes_up_on_both_lines_with_the_bare_all_shards_value() {
         assert_eq!(out.status.code(), Some(0), "{line}: {}", describe(&out));
         bed.assert_registered(0, 0);
         let gid = bed.gid(0).unwrap();
-        assert_eq!(bed.assert_balanced(&[gid]), BTreeMap::from([(gid, 64)]), "{line}: every slot in the one group");
+        assert_eq!(bed.assert_balanced(&[gid]), BTreeMap::from([(gid, 1024)]), "{line}: every slot in the one group");
         // Every other reader of the var takes it too.
         let out = run("topology", &env);
         assert_eq!(out.status.code(), Some(0), "{line} topology: {}", describe(&out));
@@ -115,7 +111,7 @@ fn a_one_shard_cluster_comes_up_on_both_lines_with_the_bare_all_shards_value() {
 
 #[test]
 fn on_1_1_a_one_shard_cluster_grows_and_shrinks_through_the_bare_value() {
-    let mut bed = Bed::with(ClusterFixture::new(1, 1), small(64));
+    let mut bed = Bed::with(ClusterFixture::new(1, 1), DoubleOptions::default());
     let mut env = bed.env(0);
     env.insert("ALL_SHARDS_POD_FQDNS".into(), bare(&bed, 0));
     run_to_completion("post-provision", &env);
@@ -143,7 +139,7 @@ fn on_1_1_a_one_shard_cluster_grows_and_shrinks_through_the_bare_value() {
 
 #[test]
 fn on_1_0_the_slots_wait_for_every_shard_the_cluster_wants_even_one_whose_component_does_not_exist_yet() {
-    let bed = Bed::with(ClusterFixture::new(3, 1), small(96));
+    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions::default());
     let api = ClusterApi::start(NAMESPACE, &bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), 3)]));
     // Shards 0 and 1 exist; the third Component is not created yet, so neither the var nor the lists name it.
     for index in [0, 1] {
@@ -169,7 +165,7 @@ fn on_1_0_the_slots_wait_for_every_shard_the_cluster_wants_even_one_whose_compon
 
 #[test]
 fn on_1_0_a_shard_the_legacy_list_names_but_the_var_does_not_is_waited_for_without_an_api() {
-    let bed = Bed::with(ClusterFixture::new(2, 1), small(64));
+    let bed = Bed::with(ClusterFixture::new(2, 1), DoubleOptions::default());
     // KubeBlocks resolved the var a moment before the third Component existed; the lists already name it.
     let mut env = env_1_0(&bed, 0, &[0], &[]);
     env.extend(legacy(&bed, &[0, 1], &[]));
@@ -182,8 +178,8 @@ fn on_1_0_a_shard_the_legacy_list_names_but_the_var_does_not_is_waited_for_witho
 }
 
 /// What a finished 1.0 provisioning over every shard looks like.
-fn provisioned_1_0(shards: usize, slots: usize) -> Bed {
-    let bed = Bed::with(ClusterFixture::new(shards, 1), small(slots));
+fn provisioned_1_0(shards: usize) -> Bed {
+    let bed = Bed::with(ClusterFixture::new(shards, 1), DoubleOptions::default());
     let all: Vec<usize> = (0..shards).collect();
     for index in 0..shards {
         run_to_completion("post-provision", &env_1_0(&bed, index, &all, &[]));
@@ -193,7 +189,7 @@ fn provisioned_1_0(shards: usize, slots: usize) -> Bed {
 
 #[test]
 fn on_1_0_a_scale_in_by_two_drains_both_onto_the_shards_that_stay_though_the_var_still_lists_them() {
-    let bed = provisioned_1_0(4, 128);
+    let bed = provisioned_1_0(4);
     let gids: Vec<u32> = (0..4).map(|i| bed.gid(i).unwrap()).collect();
     let before = bed.owners();
     bed.codis.clear_requests();
@@ -214,7 +210,7 @@ fn on_1_0_a_scale_in_by_two_drains_both_onto_the_shards_that_stay_though_the_var
 
 #[test]
 fn on_1_0_a_shard_added_during_a_scale_in_waits_for_the_drain_then_takes_its_share() {
-    let mut bed = provisioned_1_0(3, 96);
+    let mut bed = provisioned_1_0(3);
     let leaving = bed.gid(2).unwrap();
     let new = bed.add_shard(1);
     // Shard 2 is deleting and still holds its slots; shard 3 was just created.
@@ -236,7 +232,7 @@ fn on_1_0_a_shard_added_during_a_scale_in_waits_for_the_drain_then_takes_its_sha
 
 #[test]
 fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_contacts_nothing() {
-    let bed = Bed::with(ClusterFixture::new(2, 1), small(32));
+    let bed = Bed::with(ClusterFixture::new(2, 1), DoubleOptions::default());
     let etcd_before = etcd_entries(&bed);
     let mut on_1_0 = env_1_0(&bed, 0, &[0, 1], &[]);
     on_1_0.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
@@ -268,7 +264,7 @@ fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_co
 #[test]
 fn own_shard_registers_only_this_shard_and_moves_no_slot_on_both_lines() {
     for line in ["1.0", "1.1"] {
-        let bed = Bed::with(ClusterFixture::new(2, 2), small(64));
+        let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
         let env_of = |index: usize| {
             let mut env = if line == "1.0" { env_1_0(&bed, index, &[0, 1], &[]) } else { bed.env(index) };
             // Not read with --own-shard: even a value that would be refused does not matter.
@@ -301,7 +297,7 @@ fn own_shard_registers_only_this_shard_and_moves_no_slot_on_both_lines() {
 
 /// Three shards of one pod, slots balanced; shard 2 is the one whose component is deleted.
 fn three() -> Bed {
-    let bed = Bed::with(ClusterFixture::new(3, 1), small(96));
+    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions::default());
     run_to_completion("post-provision", &bed.env(0));
     bed
 }
@@ -350,6 +346,7 @@ fn on_1_1_pre_terminate_while_the_cluster_stays_drains_exactly_as_shard_remove_d
     let bed = three();
     let leaving = bed.gid(2).unwrap();
     let before = bed.owners();
+    let holding = before.iter().filter(|g| **g == leaving).count();
     let api = stays(&bed);
     // Slow migrations and a short budget: the drain reports its progress with exit 75 and resumes.
     bed.codis.set_default_migration_ticks(20);
@@ -358,7 +355,7 @@ fn on_1_1_pre_terminate_while_the_cluster_stays_drains_exactly_as_shard_remove_d
     let out = run("pre-terminate", &env);
     assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
     assert!(
-        stderr(&out).contains("drain in progress: ") && stderr(&out).contains("/32 slots moved"),
+        stderr(&out).contains("drain in progress: ") && stderr(&out).contains(&format!("/{holding} slots moved")),
         "{}",
         describe(&out)
     );
@@ -470,7 +467,7 @@ fn on_1_1_pre_terminate_without_an_api_leaves_codis_alone_when_every_proxy_is_go
     assert!(bed.mutations().is_empty(), "{:?}", bed.mutations());
 
     // The last shard of a cluster: a scale-in always keeps one.
-    let bed = Bed::with(ClusterFixture::new(1, 1), small(32));
+    let bed = Bed::with(ClusterFixture::new(1, 1), DoubleOptions::default());
     let mut env = bed.env(0);
     env.insert("ALL_SHARDS_POD_FQDNS".into(), bare(&bed, 0));
     run_to_completion("post-provision", &env);

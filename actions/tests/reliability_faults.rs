@@ -31,12 +31,9 @@ use testbed::{DoubleOptions, Fault};
 
 type Env = BTreeMap<String, String>;
 
-fn small(slots: usize) -> DoubleOptions {
-    DoubleOptions { max_slot_num: slots, ..DoubleOptions::default() }
-}
-
-fn provisioned(shards: usize, pods: usize, slots: usize) -> Bed {
-    let bed = Bed::with(ClusterFixture::new(shards, pods), small(slots));
+/// `shards` × `pods`, provisioned over Codis's 1024 slots.
+fn provisioned(shards: usize, pods: usize) -> Bed {
+    let bed = Bed::with(ClusterFixture::new(shards, pods), DoubleOptions::default());
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     bed
 }
@@ -63,7 +60,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             action: "post-provision",
             setup: || {
-                let bed = Bed::with(ClusterFixture::new(2, 2), small(16));
+                let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
                 let env = bed.env(0);
                 (bed, env)
             },
@@ -77,7 +74,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             action: "shard-add",
             setup: || {
-                let mut bed = provisioned(2, 1, 16);
+                let mut bed = provisioned(2, 1);
                 let added = bed.add_shard(2);
                 let mut env = bed.env(0);
                 env.insert("KB_ADD_SHARD_NAME".into(), bed.cluster.shards[added].full.clone());
@@ -92,7 +89,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             action: "shard-remove",
             setup: || {
-                let bed = provisioned(3, 1, 24);
+                let bed = provisioned(3, 1);
                 let mut env = bed.env(2);
                 env.insert("KB_REMOVE_SHARD_NAME".into(), bed.cluster.shards[2].full.clone());
                 (bed, env)
@@ -106,7 +103,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             action: "member-join",
             setup: || {
-                let mut bed = provisioned(1, 1, 16);
+                let mut bed = provisioned(1, 1);
                 let ordinal = bed.add_pod(0);
                 let pod = bed.cluster.shards[0].pod(ordinal);
                 let mut env = bed.env(0);
@@ -318,7 +315,7 @@ fn replication(bed: &Bed) -> Vec<Following> {
 
 #[test]
 fn with_etcd_down_topology_actions_refuse_cleanly_and_role_probe_rejoin_and_topology_still_work() {
-    let mut bed = provisioned(3, 2, 24);
+    let mut bed = provisioned(3, 2);
     let added = bed.add_shard(1);
     let joining = bed.add_pod(0);
     let all: Vec<usize> = (0..bed.cluster.shards.len()).collect();
@@ -530,7 +527,7 @@ fn a_pika_that_stops_answering_ends_the_run_within_its_budget_and_a_rerun_finish
     });
 
     frozen.trial("post-provision with a hung replica", || {
-        let bed = Bed::with(ClusterFixture::new(2, 2), small(16));
+        let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
         let mut env = bed.env(0);
         env.insert("ACTION_BUDGET_SECONDS".into(), "6".into());
         let ice = Frozen::new(&bed.cluster.shards[1].pod(1).redis);
@@ -556,7 +553,7 @@ fn a_replica_that_never_syncs_is_reported_and_never_promoted() {
     never.trial("member-join of a pod that cannot sync: exit 75 naming it, then done once it can", || {
         let mut cluster = ClusterFixture::with_password(1, 1, Some("never-syncs-pw"));
         cluster.add_pod(0);
-        let bed = Bed::with(cluster, small(16));
+        let bed = Bed::with(cluster, DoubleOptions::default());
         let mut env = bed.env(0);
         // Provision the master alone first.
         env.insert("SHARD_POD_FQDNS".into(), bed.cluster.shards[0].pod(0).fqdn.clone());
@@ -604,12 +601,13 @@ fn a_replica_that_never_syncs_is_reported_and_never_promoted() {
 fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses_no_slot() {
     let mut failing = Category::new("slot migration reports [ERROR]");
     failing.trial("shard-add whose migrations fail until fixed", || {
-        let mut bed = provisioned(2, 1, 16);
+        let mut bed = provisioned(2, 1);
         let added = bed.add_shard(1);
         let mut env = bed.env(0);
         env.insert("KB_ADD_SHARD_NAME".into(), bed.cluster.shards[added].full.clone());
         env.insert("ACTION_BUDGET_SECONDS".into(), "4".into());
-        for slot in 0..16 {
+        // Every slot fails, whichever the plan moves first.
+        for slot in 0..bed.codis.options().max_slot_num {
             bed.codis.set_slot_error(slot, "ERR target refused the keys (injected)");
         }
         let before = bed.owners();
@@ -620,7 +618,7 @@ fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses
         no_violations("while failing", &watched);
         // Nothing moved; the failing slot stays with its owner.
         assert_eq!(bed.owners(), before);
-        for slot in 0..16 {
+        for slot in 0..bed.codis.options().max_slot_num {
             bed.codis.clear_slot_error(slot);
         }
         env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
@@ -630,7 +628,7 @@ fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses
         bed.assert_balanced(&gids(&bed, &[0, 1, 2]));
     });
     failing.trial("shard-remove whose drain fails until fixed: the group stays until its slots are gone", || {
-        let bed = provisioned(3, 1, 24);
+        let bed = provisioned(3, 1);
         let leaving = bed.gid(2).expect("group");
         let mut env = bed.env(2);
         env.insert("KB_REMOVE_SHARD_NAME".into(), bed.cluster.shards[2].full.clone());

@@ -454,7 +454,7 @@ fn refused(bed: &Bed, action: &str, env: &Env, names: &str) -> Result<(), String
 
 #[test]
 fn bad_input_to_any_action_of_a_live_cluster_is_exit_2_naming_the_variable_and_changes_nothing() {
-    let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions { max_slot_num: 16, ..DoubleOptions::default() });
+    let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     // rejoin edits a copy of pod 1's config, never its live one.
     let dir = tempfile::tempdir().expect("temp dir");

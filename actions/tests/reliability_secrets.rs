@@ -90,7 +90,7 @@ impl Audit {
 
 #[test]
 fn no_output_log_line_event_or_record_carries_the_password() {
-    let options = DoubleOptions { max_slot_num: 16, ..DoubleOptions::default() };
+    let options = DoubleOptions::default();
     let mut bed = Bed::with(ClusterFixture::with_password(2, 2, Some(PASSWORD)), options);
     let mut audit =
         Audit { category: Category::of(Kind::Check, "secrets: outputs, logs and events without the password") };
