@@ -211,6 +211,8 @@ fn a_clean_drain_of_1024_slots_under_a_running_writer_loses_no_acknowledged_key(
 
 #[test]
 fn a_drain_that_drops_one_slots_keys_is_caught_by_the_verifier() {
+    // 64 slots rather than 1024 so that the 2,000 keys put some thirty into the dropped slot: a loss the verifier
+    // must see, not one key that might by chance be absent.
     let bed = Bed::start(2, DoubleOptions { max_slot_num: 64, ..DoubleOptions::default() });
     bed.online();
     bed.assign_all_to(1);
