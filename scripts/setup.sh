@@ -52,3 +52,9 @@ fi
 
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
 echo "setup: protoc $(protoc --version | cut -d' ' -f2), $(etcd --version | head -1), $(redis-server --version | cut -d' ' -f3), helm $(helm version --template '{{.Version}}')"
+
+# The lint gate of scripts/test.sh: rustfmt and clippy come with the machine's toolchain; added if they do not.
+for tool in rustfmt clippy; do
+  sub=${tool/rustfmt/fmt}
+  cargo "$sub" --version >/dev/null 2>&1 || rustup component add "$tool"
+done

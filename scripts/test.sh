@@ -5,7 +5,8 @@
 # <target>/tmp/reliability; the tables are printed at the end whatever the outcome: trials (attacks on a running
 # system checked against Codis, redis and etcd state), checks (runs of the binary whose exit and output were
 # checked), proptest cases and fuzz inputs, each on its own. The script fails when any test failed, when any
-# category recorded a failure, or when the fail-point tests (feature `failpoints`) did not run.
+# category recorded a failure, when the fail-point tests (feature `failpoints`) did not run, or when `cargo fmt
+# --check` or `cargo clippy --all-targets --all-features -- -D warnings` finds anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -55,4 +56,17 @@ for crash in $(sed -n 's/^name = "\(crash_[a-z_]*\)"$/\1/p' actions/Cargo.toml);
     status=1
   fi
 done
+echo
+if ! cargo fmt --all --check >/dev/null; then
+  echo "cargo fmt --check: the tree is not formatted (run cargo fmt --all)" >&2
+  status=1
+else
+  echo "cargo fmt --check: clean"
+fi
+if ! cargo clippy --workspace --all-targets --all-features --locked -- -D warnings; then
+  echo "cargo clippy -D warnings: warnings above" >&2
+  status=1
+else
+  echo "cargo clippy --all-targets --all-features -D warnings: clean"
+fi
 exit "$status"
