@@ -22,7 +22,7 @@ use attack::{resp, run_until_done, settled, watch, Watched, Writer};
 use rollout::{bed_with_master, codis_master, promotes, switchover_env};
 use summary::Category;
 use support::{Bed, ClusterFixture};
-use testbed::DoubleOptions;
+use testbed::{DoubleOptions, Ledger, Workload, WorkloadOptions};
 
 type Env = BTreeMap<String, String>;
 
@@ -255,6 +255,13 @@ fn switchover_during_drain(switched: usize, rounds: usize) {
         let pair = [("shard-remove", remove_env(&bed, 2, &[0, 1])), ("switchover", switchover)];
         let prefix = format!("drain{switched}-{rep}");
         let writer = Writer::start(&bed, 0, &prefix);
+        // And clients of every shard through a codis-proxy: keys that move with the drained slots, read back after.
+        let proxy = bed.start_proxy();
+        let mut ledger = Ledger::preload(&proxy.data_addr(), &format!("{prefix}-pre"), 1000).expect("preload");
+        let clients = Workload::start(WorkloadOptions {
+            prefix: format!("{prefix}-proxy"),
+            ..WorkloadOptions::through(&[proxy.data_addr()])
+        });
         std::thread::sleep(Duration::from_millis(300));
         let leaving = bed.gid(2).expect("registered");
         pairs.trial(format!("round {rep}"), || {
@@ -274,6 +281,14 @@ fn switchover_during_drain(switched: usize, rounds: usize) {
         writes.judge(format!("round {rep}: {acked} acknowledged"), acked > 0 && lost.is_empty(), || {
             format!("{} of {acked} acknowledged writes lost: {lost:?}", lost.len())
         });
+        ledger.merge(clients.stop());
+        let through = ledger.verify_through(&proxy.data_addr());
+        let stored = ledger.verify_on_backends(&bed.codis);
+        writes.judge(
+            format!("round {rep}: {} keys through the proxy", ledger.acked.len()),
+            through.is_clean() && stored.is_clean(),
+            || format!("through the proxy: {}; on the masters: {}", through.summary(), stored.summary()),
+        );
     }
     writes.finish();
     pairs.finish();
