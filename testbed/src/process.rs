@@ -1,6 +1,6 @@
 //! Real etcd and redis-server processes for tests.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -218,55 +218,89 @@ fn ping(port: u16, password: Option<&str>) -> bool {
     command(port, password, &["PING"]).is_some_and(|r| r.contains("PONG"))
 }
 
-/// One RESP command on a fresh connection; the reply flattened to text (bulk strings verbatim).
+/// One command on a fresh connection to the redis-server on `port`; the reply flattened to text by
+/// [`RespConnection::command`] (`None` when the server cannot be reached).
 fn command(port: u16, password: Option<&str>, args: &[&str]) -> Option<String> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let mut writer = stream.try_clone().ok()?;
-    let mut reader = BufReader::new(stream);
-    if let Some(p) = password {
-        writer.write_all(&encode(&["AUTH", p])).ok()?;
-        read_reply(&mut reader)?;
-    }
-    writer.write_all(&encode(args)).ok()?;
-    read_reply(&mut reader)
+    let addr = format!("127.0.0.1:{port}");
+    let mut conn = RespConnection::connect(&addr, password, Duration::from_millis(500)).ok()?;
+    conn.set_timeout(Duration::from_secs(5)).ok()?;
+    conn.command(args).ok()
 }
 
-fn encode(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    out
+/// A synchronous connection to a redis-server (the `redis` crate) for tests that poke servers directly. Replies are
+/// flattened to text: `+status`, `-error`, `:integer` lines as the server sent them, bulk strings verbatim (nil as
+/// empty), array elements one per line.
+pub struct RespConnection {
+    conn: redis::Connection,
 }
 
-fn read_reply(reader: &mut impl BufRead) -> Option<String> {
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let line = line.trim_end().to_owned();
-    let (kind, rest) = line.split_at(1.min(line.len()));
-    match kind {
-        "+" | "-" | ":" => Some(line),
-        "$" => {
-            let len: i64 = rest.parse().ok()?;
-            if len < 0 {
-                return Some(String::new());
+impl RespConnection {
+    /// Connects to `addr` (`host:port`) within `timeout` and authenticates with `password`; replies are awaited at
+    /// most `timeout`.
+    ///
+    /// # Errors
+    /// The reason, when the server cannot be reached or refuses the password.
+    pub fn connect(addr: &str, password: Option<&str>, timeout: Duration) -> Result<Self, String> {
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr}: not host:port"))?;
+        let port: u16 = port.parse().map_err(|e| format!("{addr}: {e}"))?;
+        use redis::IntoConnectionInfo;
+        // No `CLIENT SETINFO` on connect (pika does not know it); AUTH is sent as a command.
+        let info = redis::ConnectionAddr::Tcp(host.to_owned(), port)
+            .into_connection_info()
+            .map(|i| i.set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name()))
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let client = redis::Client::open(info).map_err(|e| format!("{addr}: {e}"))?;
+        let conn = client.get_connection_with_timeout(timeout).map_err(|e| format!("{addr}: {e}"))?;
+        let mut this = Self { conn };
+        this.set_timeout(timeout)?;
+        if let Some(p) = password {
+            if this.command(&["AUTH", p])?.starts_with('-') {
+                return Err(format!("{addr}: AUTH refused"));
             }
-            let mut buf = vec![0; usize::try_from(len).ok()? + 2];
-            reader.read_exact(&mut buf).ok()?;
-            buf.truncate(buf.len() - 2);
-            String::from_utf8(buf).ok()
         }
-        "*" => {
-            let n: i64 = rest.parse().ok()?;
-            let mut parts = Vec::new();
-            for _ in 0..n.max(0) {
-                parts.push(read_reply(reader)?);
+        Ok(this)
+    }
+
+    /// How long later replies are awaited.
+    ///
+    /// # Errors
+    /// When the socket refuses the setting.
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), String> {
+        self.conn.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        self.conn.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())
+    }
+
+    /// One command; the reply as text (a server error is `Ok("-<code> <detail>")`, not an `Err`).
+    ///
+    /// # Errors
+    /// When the connection fails or the reply does not arrive in time.
+    pub fn command(&mut self, args: &[&str]) -> Result<String, String> {
+        let (name, rest) = args.split_first().ok_or("an empty command")?;
+        let mut cmd = redis::cmd(name);
+        for a in rest {
+            cmd.arg(*a);
+        }
+        match cmd.query::<redis::Value>(&mut self.conn) {
+            Ok(value) => Ok(flatten(value)),
+            Err(e) if e.code().is_some() => {
+                Ok(format!("-{} {}", e.code().unwrap_or("ERR"), e.detail().unwrap_or_default()))
             }
-            Some(parts.join("\n"))
+            Err(e) => Err(e.to_string()),
         }
-        _ => None,
+    }
+}
+
+fn flatten(value: redis::Value) -> String {
+    use redis::Value;
+    match value {
+        Value::Nil => String::new(),
+        Value::Int(n) => format!(":{n}"),
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Value::SimpleString(s) => format!("+{s}"),
+        Value::Okay => "+OK".to_owned(),
+        Value::Array(items) | Value::Set(items) => items.into_iter().map(flatten).collect::<Vec<_>>().join("\n"),
+        Value::ServerError(e) => format!("-{} {}", e.code(), e.details().unwrap_or_default()),
+        other => format!("{other:?}"),
     }
 }
 

@@ -6,8 +6,8 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -76,72 +76,7 @@ pub fn expire_locks(bed: &Bed) {
 // ---- RESP ----------------------------------------------------------------------------------------------------------
 
 /// A connection to a redis-server that never panics: every failure is an `Err` with the reason.
-pub struct Resp {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Resp {
-    /// Connects (and authenticates) within `timeout`; every later reply is awaited at most `timeout`.
-    pub fn connect(addr: &str, password: Option<&str>, timeout: Duration) -> Result<Self, String> {
-        let sock: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-        let stream = TcpStream::connect_timeout(&sock, timeout).map_err(|e| format!("{addr}: {e}"))?;
-        stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        let writer = stream.try_clone().map_err(|e| e.to_string())?;
-        let mut conn = Self { reader: BufReader::new(stream), writer };
-        if let Some(p) = password {
-            let reply = conn.command(&["AUTH", p])?;
-            if reply.starts_with('-') {
-                return Err(format!("{addr}: AUTH refused"));
-            }
-        }
-        Ok(conn)
-    }
-
-    /// One command; the reply flattened to text (errors keep their leading `-`).
-    pub fn command(&mut self, args: &[&str]) -> Result<String, String> {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.writer.write_all(&out).map_err(|e| e.to_string())?;
-        read_reply(&mut self.reader)
-    }
-}
-
-fn read_reply(reader: &mut impl BufRead) -> Result<String, String> {
-    let mut line = String::new();
-    let n = reader.read_line(&mut line).map_err(|e| e.to_string())?;
-    if n == 0 {
-        return Err("connection closed".to_owned());
-    }
-    let line = line.trim_end().to_owned();
-    let (kind, rest) = line.split_at(1.min(line.len()));
-    match kind {
-        "+" | "-" => Ok(line),
-        ":" => Ok(rest.to_owned()),
-        "$" => {
-            let len: i64 = rest.parse().map_err(|_| format!("bad bulk length {rest:?}"))?;
-            if len < 0 {
-                return Ok(String::new());
-            }
-            let mut buf = vec![0; usize::try_from(len).map_err(|e| e.to_string())? + 2];
-            reader.read_exact(&mut buf).map_err(|e| e.to_string())?;
-            buf.truncate(buf.len() - 2);
-            String::from_utf8(buf).map_err(|e| e.to_string())
-        }
-        "*" => {
-            let n: i64 = rest.parse().map_err(|_| format!("bad array length {rest:?}"))?;
-            let mut parts = Vec::new();
-            for _ in 0..n.max(0) {
-                parts.push(read_reply(reader)?);
-            }
-            Ok(parts.join("\n"))
-        }
-        _ => Err(format!("unexpected reply {line:?}")),
-    }
-}
+pub use testbed::process::RespConnection as Resp;
 
 /// One command on a fresh connection.
 pub fn resp(addr: &str, password: Option<&str>, args: &[&str]) -> Result<String, String> {
@@ -351,7 +286,8 @@ impl Writer {
                     conn = None;
                     continue;
                 }
-                let acked = wait.ok().and_then(|w| w.parse::<usize>().ok()).unwrap_or(0) >= replicas;
+                let acked =
+                    wait.ok().and_then(|w| w.trim_start_matches(':').parse::<usize>().ok()).unwrap_or(0) >= replicas;
                 let still = codis_master(&url, &xauth, &servers).map(|(m, _)| m);
                 if acked && still.as_deref() == Some(master.as_str()) {
                     done.acked.push(n);
