@@ -204,7 +204,7 @@ pub fn bootstrap_waits(
 }
 
 /// The Cluster's desired number of shards in this shard's sharding, when the Kubernetes API answers in time.
-async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: Option<&str>) -> Option<u32> {
+pub async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: Option<&str>) -> Option<u32> {
     let (namespace, name) = (&common.cluster.namespace, &common.cluster.name);
     let sharding = sharding_of(name, shard)?;
     let timeout = ctx.budget.cap(KUBE_TIMEOUT);
