@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod codis;
 mod httpd;
+pub mod kubeblocks;
 pub mod process;
 pub mod proxy;
 pub mod transcript;
