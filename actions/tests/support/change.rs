@@ -131,7 +131,12 @@ impl Change {
             }
         }
         let expected: usize = gids.len();
-        assert_eq!(snap.groups.len(), expected, "groups left: {:?}", snap.groups.iter().map(|g| g.id).collect::<Vec<_>>());
+        assert_eq!(
+            snap.groups.len(),
+            expected,
+            "groups left: {:?}",
+            snap.groups.iter().map(|g| g.id).collect::<Vec<_>>()
+        );
     }
 }
 
