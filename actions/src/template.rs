@@ -143,7 +143,7 @@ pub fn render(action: &str, line: KbLine, vars: &VarMap, options: &[&str]) -> Re
 /// and Tera's parser is most of what its process would otherwise map (the tests check both ways agree).
 fn role_probe_event(vars: &VarMap, line: KbLine) -> Result<Value> {
     let s = scope(vars, line, &[]);
-    let call = |f: fn(&Scope, &Args) -> tera::Result<Value>, args: Value| -> tera::Result<Value> {
+    let call = |f: Function, args: Value| -> tera::Result<Value> {
         let args: Args = match args {
             Value::Object(map) => map.into_iter().collect(),
             _ => Args::new(),
@@ -274,9 +274,12 @@ struct Scope {
 
 type Args = HashMap<String, Value>;
 
+/// A template function.
+type Function = fn(&Scope, &Args) -> tera::Result<Value>;
+
 /// The functions templates call, by name. Each is a plain function so that a built-in template can also be
 /// evaluated without Tera ([`role_probe_event`]).
-const FUNCTIONS: &[(&str, fn(&Scope, &Args) -> tera::Result<Value>)] = &[
+const FUNCTIONS: &[(&str, Function)] = &[
     ("required", fn_required),
     ("optional", fn_optional),
     ("is_set", fn_is_set),
@@ -366,7 +369,7 @@ fn fn_flag(s: &Scope, args: &Args) -> tera::Result<Value> {
 fn fn_host_port(s: &Scope, args: &Args) -> tera::Result<Value> {
     let v = &s.vars;
     let var = arg_str(args, "var")?;
-    let raw = required(&v, var)?;
+    let raw = required(v, var)?;
     check_host_port(&raw).map_err(|e| reject(var, e))?;
     Ok(Value::from(raw))
 }
@@ -375,7 +378,7 @@ fn fn_host_port(s: &Scope, args: &Args) -> tera::Result<Value> {
 fn fn_host_ports(s: &Scope, args: &Args) -> tera::Result<Value> {
     let v = &s.vars;
     let var = arg_str(args, "var")?;
-    let raw = required(&v, var)?;
+    let raw = required(v, var)?;
     let list = split_list(&raw, ',');
     if list.is_empty() {
         return Err(reject(var, "lists no endpoint"));
@@ -390,7 +393,7 @@ fn fn_host_ports(s: &Scope, args: &Args) -> tera::Result<Value> {
 fn fn_fqdn(s: &Scope, args: &Args) -> tera::Result<Value> {
     let v = &s.vars;
     let var = arg_str(args, "var")?;
-    let raw = required(&v, var)?;
+    let raw = required(v, var)?;
     check_fqdn(&raw).map_err(|e| reject(var, e))?;
     Ok(Value::from(raw.to_ascii_lowercase()))
 }
@@ -399,7 +402,7 @@ fn fn_fqdn(s: &Scope, args: &Args) -> tera::Result<Value> {
 fn fn_fqdns(s: &Scope, args: &Args) -> tera::Result<Value> {
     let v = &s.vars;
     let var = arg_str(args, "var")?;
-    let raw = required(&v, var)?;
+    let raw = required(v, var)?;
     fqdn_list(&raw).map(|l| json!(l)).map_err(|e| reject(var, e))
 }
 
@@ -408,11 +411,11 @@ fn fn_fqdns(s: &Scope, args: &Args) -> tera::Result<Value> {
 fn fn_shard_map(s: &Scope, args: &Args) -> tera::Result<Value> {
     let v = &s.vars;
     let var = arg_str(args, "var")?;
-    let raw = required(&v, var)?;
+    let raw = required(v, var)?;
     let entries = split_list(&raw, ';');
     if let [only] = entries.as_slice() {
         if !only.contains(':') {
-            let cluster = required(&v, vars::CLUSTER_NAME)?;
+            let cluster = required(v, vars::CLUSTER_NAME)?;
             let pods = fqdn_list(only).map_err(|e| reject(var, e))?;
             let short = bare_shard(&cluster, &pods).map_err(|e| reject(var, e))?;
             return Ok(json!([{"short": short, "pods": pods}]));
