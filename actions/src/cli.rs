@@ -81,7 +81,7 @@ action_args!(
 );
 action_args!(
     /// Variables of `shard-remove`.
-    ShardRemoveArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, remove: RemoveShardVars, run: RunVars }
+    ShardRemoveArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, all: AllShardsVars, remove: RemoveShardVars, kube: KubeVars, run: RunVars }
 );
 action_args!(
     /// Variables of `pre-terminate`.

@@ -1,25 +1,28 @@
 //! Draining a shard before it goes: the body shared by `shard-remove` (1.1+) and `pre-terminate` when scaling in
 //! (1.0.x), so that removing a shard never drops a slot Codis still routes to it.
 //!
-//! Pipeline, under the topology lock: find the leaving group (by its servers, else by its etcd reservation) →
-//! [`assess`] the cluster and refuse, changing nothing, whatever would make the drain hang or lose data (last shard,
-//! unreachable proxy, slot actions disabled, a promotion, `slotmigrate` off) → cancel pending migrations into the
-//! group → move its slots to the remaining groups, balanced with the fewest moves ([`rebalance::drain`]), until Codis
-//! shows none owned by or migrating to it → delete its servers, replicas first and master last, re-reading the group
-//! before each step because the Pika fork's HA may reorder it at any time ([`next_removal`]) → remove the group and
-//! its etcd records. Every step reads Codis first and does only what is missing, so a run killed at any point, or
-//! out of budget (exit 75), is finished by the next. Codis' own `slots/rebalance` is never used: it refills a group
-//! that still has servers.
+//! Pipeline: record the shard as leaving in etcd → under the topology lock, find the leaving group (by its servers,
+//! else by its etcd reservation) and [`assess`] the cluster, refusing, changing nothing, whatever would make the drain
+//! hang or lose data (last shard, unreachable proxy, slot actions disabled, a promotion, `slotmigrate` off) → move its
+//! slots (and those of every other recorded leaver) to the groups that stay, balanced with the fewest moves, one step
+//! at a time ([`rebalance::converge`]: planned under the lock, waited for outside it) until Codis shows none owned
+//! by or migrating to it → under the lock again, delete its servers, replicas first and master last, re-reading the
+//! group before each step because the Pika fork's HA may reorder it at any time ([`next_removal`]) → remove the
+//! group and its etcd records. Every step reads Codis first and does only what is missing, so a run killed at any
+//! point, or out of budget (exit 75), is finished by the next. Codis' own `slots/rebalance` is never used: it
+//! refills a group that still has servers.
 //!
 //! The decisions are the pure functions of this module, tested without any server; [`remove_shard`] applies them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use crate::cluster::{self, release, Session};
 use crate::codis::{Group, Stats};
 use crate::error::{Error, Result};
 use crate::event::Shard;
-use crate::rebalance::{self, Outcome};
+use crate::plan::Goal;
+use crate::rebalance::{self, Aim, Handoff, Outcome, Own};
 
 /// The pika setting that gates slot migration and per-slot key tracking (reference pika.md §4).
 pub const SLOTMIGRATE: &str = "slotmigrate";
@@ -319,20 +322,74 @@ fn record_total(value: &str, shard: &str) -> Option<usize> {
 
 // ---- applying ------------------------------------------------------------------------------------------------------
 
+/// How long a shard stays recorded as leaving after the last run of its removal wrote it: long enough to span
+/// KubeBlocks' retries of one removal, short enough that a scale-in given up leaves no lasting mark.
+pub const LEAVING_TTL: Duration = Duration::from_secs(180);
+
 /// Drains `shard` onto the groups of the `remaining` shards and removes its group from Codis; idempotent.
+///
+/// Before anything else the shard is recorded as leaving in etcd (`<prefix>/leaving/<shard>`, for
+/// [`LEAVING_TTL`]), so that every other drain or addition planning from then on leaves it out of its targets: on
+/// KubeBlocks 1.1 nothing else tells one shardRemove about the others of the same scale-in. The drain itself is one
+/// step after another toward the shards that stay ([`rebalance::converge`]), each planned under the topology lock and
+/// waited for outside it, so removals of one scale-in drain side by side; each step also drains the other recorded
+/// leavers, and removes pending migrations into them. The servers and the group are deleted under the lock again.
 ///
 /// # Errors
 ///
 /// A [`Refusal`] (exit 1, nothing changed), exit 75 with the drain's progress when the budget runs out, or the
 /// failure of a Codis, pika or etcd call.
 pub async fn remove_shard(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<String> {
+    record_leaving(s, shard).await?;
     let mut lock = s.lock_topology().await?;
-    let result = remove_locked(s, shard, remaining).await;
+    let prepared = prepare(s, shard, remaining).await;
     release(&mut lock).await;
-    result
+    let Some(p) = prepared? else {
+        return Ok(format!("{shard} has no codis group: nothing to drain"));
+    };
+    let gid = p.gid;
+    let outcome = if p.migrating {
+        let aim_of = |stats: &Stats, leavers: &BTreeSet<String>| -> Result<Aim> {
+            let stay: Vec<String> = remaining.iter().filter(|r| !leavers.contains(*r)).cloned().collect();
+            let receivers = target_groups(stats, &stay, gid);
+            if receivers.is_empty() {
+                return Err(Refusal::LastShard { shard: shard.to_owned(), gid }.into());
+            }
+            Ok(Aim { goal: Goal::new(receivers, 0), own: Own::Leaver { gid, total: p.total } })
+        };
+        rebalance::converge(s, "drain", aim_of, Handoff::Wait).await?
+    } else {
+        Outcome::default()
+    };
+    let mut lock = s.lock_topology().await?;
+    let removed = async {
+        let deleted = remove_group(s, gid).await?;
+        forget(s, gid, shard, p.reserved).await?;
+        Ok::<_, Error>(deleted)
+    }
+    .await;
+    release(&mut lock).await;
+    let deleted = removed?;
+    Ok(format!(
+        "{shard} drained and removed: group {gid} gave {} slot(s) to groups {:?} ({} migration(s) created by this \
+         run, {} read(s) of the slot table); {deleted} server(s) deleted, group removed",
+        p.total, p.targets, outcome.created, outcome.polls
+    ))
 }
 
-async fn remove_locked(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<String> {
+/// What the drain found, under the lock, before moving anything.
+struct Prepared {
+    gid: u32,
+    targets: Vec<u32>,
+    total: usize,
+    migrating: bool,
+    /// Whether etcd reserves the group for this shard (its record is deleted with the group).
+    reserved: bool,
+}
+
+/// Finds the leaving group and checks that a drain can proceed; `None` when Codis has no group for the shard (its
+/// leftover records are deleted then).
+async fn prepare(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<Option<Prepared>> {
     let etcd = s.etcd()?;
     let prefix = s.prefix();
     let stats = s.stats().await?;
@@ -340,35 +397,54 @@ async fn remove_locked(s: &Session<'_>, shard: &str, remaining: &[String]) -> Re
     let Some(gid) = leaving_group(&stats, shard, &reserved) else {
         // Already removed (or never registered): only etcd records of a run that crashed at the very end may be left.
         forget_stale(s, shard, &stats, &reserved).await?;
-        return Ok(format!("{shard} has no codis group: nothing to drain"));
+        return Ok(None);
     };
-    let targets = target_groups(&stats, remaining, gid);
+    let leavers = recorded_leavers(s).await?;
+    let stay: Vec<String> = remaining.iter().filter(|r| !leavers.contains(*r)).cloned().collect();
+    let targets = target_groups(&stats, &stay, gid);
     let cluster = &s.common.cluster;
     let scope = assess(&stats, &cluster.name, &cluster.namespace, shard, gid, &targets, &reserved)?;
     if !scope.also_leaving.is_empty() {
-        tracing::warn!(groups = ?scope.also_leaving, "groups of shards not listed as remaining hold slots: draining them too");
+        tracing::info!(groups = ?scope.also_leaving, "groups of other leaving shards hold slots: draining them too");
     }
     if scope.migrating {
         check_slotmigrate(s, &scope.masters).await?;
     }
     tracing::info!(shard, gid, targets = ?scope.targets, left = scope.left, "draining group");
-
     let total = if scope.migrating {
         drain_total(s, gid, shard, scope.left).await?
     } else {
         // A rerun after the migrations: the record, if still there, says how many moved.
         recorded_total(s, gid, shard).await?.unwrap_or(scope.left)
     };
-    cancel_pending(s, &scope.cancel).await?;
-    let outcome =
-        if scope.migrating { rebalance::drain(s, gid, total, &scope.targets).await? } else { Outcome::default() };
-    let deleted = remove_group(s, gid).await?;
-    forget(s, gid, shard, reserved.get(&gid).is_some_and(|owner| owner == shard)).await?;
-    Ok(format!(
-        "{shard} drained and removed: group {gid} gave {total} slot(s) to groups {:?} ({} migration(s) created by this \
-         run, {} read(s) of the slot table); {deleted} server(s) deleted, group removed",
-        scope.targets, outcome.created, outcome.polls
-    ))
+    Ok(Some(Prepared {
+        gid,
+        targets: scope.targets,
+        total,
+        migrating: scope.migrating,
+        reserved: reserved.get(&gid).is_some_and(|owner| owner == shard),
+    }))
+}
+
+/// The shards recorded as leaving (see [`remove_shard`]); none without etcd.
+///
+/// # Errors
+///
+/// etcd failing to answer.
+pub async fn recorded_leavers(s: &Session<'_>) -> Result<BTreeSet<String>> {
+    let Some(etcd) = &s.etcd else { return Ok(BTreeSet::new()) };
+    let dir = leaving_dir(s);
+    Ok(etcd.list(&dir).await?.into_iter().filter_map(|(key, _)| key.strip_prefix(&dir).map(str::to_owned)).collect())
+}
+
+/// Records `shard` as leaving, for [`LEAVING_TTL`] from now.
+async fn record_leaving(s: &Session<'_>, shard: &str) -> Result<()> {
+    s.etcd()?.put(&format!("{}{shard}", leaving_dir(s)), shard, Some(LEAVING_TTL)).await?;
+    Ok(())
+}
+
+fn leaving_dir(s: &Session<'_>) -> String {
+    format!("{}/leaving/", s.prefix())
 }
 
 /// Asks every master taking part for `slotmigrate`, refusing on the first that has it off.
@@ -403,19 +479,6 @@ async fn drain_total(s: &Session<'_>, gid: u32, shard: &str, left: usize) -> Res
 /// The total recorded for the drain of `gid`, when the record is `shard`'s.
 async fn recorded_total(s: &Session<'_>, gid: u32, shard: &str) -> Result<Option<usize>> {
     Ok(s.etcd()?.get(&drain_key(s, gid)).await?.and_then(|entry| record_total(&entry.value, shard)))
-}
-
-/// Cancels pending migrations into the leaving group; one that got past pending meanwhile is waited for instead.
-async fn cancel_pending(s: &Session<'_>, slots: &[u32]) -> Result<()> {
-    for &sid in slots {
-        tracing::info!(slot = sid, "cancelling a pending migration into the leaving group");
-        match s.dashboard.slot_action_remove(sid).await {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() || e.cause().is_some_and(|c| c.contains("isn't pending")) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Deletes the drained group's servers, replicas first and master last, then the group; returns how many servers
@@ -470,6 +533,15 @@ async fn forget(s: &Session<'_>, gid: u32, shard: &str, reserved: bool) -> Resul
     if reserved {
         etcd.delete_if_value(&format!("{}/groups/{gid}", s.prefix()), shard).await?;
     }
+    forget_leaving(s, shard).await
+}
+
+/// Deletes the record of `shard` leaving: its group is gone, so no plan can target it any more.
+async fn forget_leaving(s: &Session<'_>, shard: &str) -> Result<()> {
+    let key = format!("{}{shard}", leaving_dir(s));
+    if s.etcd()?.get(&key).await?.is_some() {
+        s.etcd()?.delete_if_value(&key, shard).await?;
+    }
     Ok(())
 }
 
@@ -490,7 +562,7 @@ async fn forget_stale(s: &Session<'_>, shard: &str, stats: &Stats, reserved: &BT
         tracing::info!(shard, gid, "deleting the etcd records of a removed group");
         forget(s, gid, shard, reserved.get(&gid).is_some_and(|owner| owner == shard)).await?;
     }
-    Ok(())
+    forget_leaving(s, shard).await
 }
 
 fn drain_key(s: &Session<'_>, gid: u32) -> String {

@@ -190,6 +190,9 @@ pub enum Event {
         shards: Vec<Shard>,
         /// The removed shard's full name.
         removed: String,
+        /// A plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kube_api: Option<String>,
     },
     /// `pre-terminate`.
     PreTerminate {
@@ -370,7 +373,10 @@ impl Event {
                     ));
                 }
             }
-            Self::ShardRemove { shard, shards, removed, .. } => {
+            Self::ShardRemove { shard, shards, removed, kube_api, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 check_shards(cluster, shards)?;
                 check_shard_name(cluster, removed, vars::KB_REMOVE_SHARD_NAME)?;

@@ -88,13 +88,27 @@ pub fn init_logging(cli: &Cli) {
         Command::Action(a) | Command::Render { action: a } => a,
     };
     let json = action.vars().get(vars::LOG_FORMAT).is_some_and(|f| f.eq_ignore_ascii_case("json"));
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PIKA_ACTION_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(redact::ScrubbedStderr)
-        .with_target(false)
-        .with_ansi(false);
-    // A second initialisation (tests calling in-process) is harmless.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let builder = tracing_subscriber::fmt().with_writer(redact::ScrubbedStderr).with_target(false).with_ansi(false);
+    // A second initialisation (tests calling in-process) is harmless. Without PIKA_ACTION_LOG a plain level does
+    // what the filter `info` would, and keeps the filter's machinery out of every role-probe's memory.
+    let _ = match std::env::var("PIKA_ACTION_LOG") {
+        Ok(directives) => {
+            let filter = tracing_subscriber::EnvFilter::try_new(directives)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            let builder = builder.with_env_filter(filter);
+            if json {
+                builder.json().try_init()
+            } else {
+                builder.try_init()
+            }
+        }
+        Err(_) => {
+            let builder = builder.with_max_level(tracing::Level::INFO);
+            if json {
+                builder.json().try_init()
+            } else {
+                builder.try_init()
+            }
+        }
+    };
 }

@@ -5,13 +5,20 @@
 //! decision apart from the calls is what lets it be tested exhaustively: every function here is deterministic over
 //! plain values, so the property tests below replay thousands of random topologies without a server.
 //!
-//! Slots: [`rebalance`] (used by `post-provision` and `shard-add`) and [`drain`] (`shard-remove`, `pre-terminate`)
-//! compute the fewest migrations that leave the target groups within one slot of each other, then schedule them in
-//! rounds that respect Codis' rule that a group takes part in one migration at a time (codis-dashboard-api.md §6).
+//! Slots: [`rebalance`] and [`drain`] compute the fewest migrations that leave the target groups within one slot of
+//! each other, then schedule them in rounds that respect Codis' rule that a group takes part in one migration at a
+//! time. [`toward`] (what the actions run) plans one step of a change of shard count toward its final topology, so
+//! that additions and removals running in any order and overlap move no slot twice; [`rounds`] models how Codis's
+//! executor takes a queue of actions and orders the creations so that it follows the plan's schedule.
 //! Masters: [`choose_new_master`] is step 3 of the switchover algorithm (primary-transfer.md §7.3).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub mod rounds;
+mod toward;
+
+pub use toward::{final_sizes, moves_left, toward, Goal, Step};
 
 /// One slot as the dashboard reports it (`stats.slots[i]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

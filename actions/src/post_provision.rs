@@ -18,11 +18,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::cluster::{self, release, Session};
+use crate::codis::Stats;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Common, Event, Legacy, Shard};
 use crate::kube::Kube;
-use crate::rebalance;
+use crate::plan::Goal;
+use crate::rebalance::{self, Aim, Handoff, Own};
 use crate::register;
 
 /// Longest the Cluster object may take to read; past that its shard count is not known.
@@ -38,18 +40,25 @@ pub async fn run(ctx: &Context) -> Result<String> {
         _ => None,
     };
     let s = Session::open(ctx).await?;
-    let mut lock = s.lock_topology().await?;
-    let result = match legacy {
+    match legacy {
         _ if *own_shard => provision_own(&s, shard).await,
         None => provision_all(&s, shards).await,
         Some(legacy) => provision_one(&s, shard, shards, legacy, desired).await,
-    };
+    }
+}
+
+/// Registers `shard` under the topology lock, then waits for its replicas outside it.
+async fn register_shard(s: &Session<'_>, shard: &Shard) -> Result<register::Registered> {
+    let mut lock = s.lock_topology().await?;
+    let reg = register::register(s, shard, &shard.pods).await;
     release(&mut lock).await;
-    result
+    let reg = reg?;
+    register::settle(s, &reg, &shard.pods).await?;
+    Ok(reg)
 }
 
 async fn provision_own(s: &Session<'_>, shard: &Shard) -> Result<String> {
-    let reg = register::ensure_shard(s, shard, &shard.pods).await?;
+    let reg = register_shard(s, shard).await?;
     Ok(format!(
         "{} registered as group {} (master {}); no slot moved (--own-shard: the sharding's actions place the slots)",
         shard.name, reg.gid, reg.master
@@ -57,12 +66,23 @@ async fn provision_own(s: &Session<'_>, shard: &Shard) -> Result<String> {
 }
 
 async fn provision_all(s: &Session<'_>, shards: &[Shard]) -> Result<String> {
+    let mut lock = s.lock_topology().await?;
+    let registered = async {
+        let mut regs = Vec::new();
+        for shard in shards {
+            regs.push((shard, register::register(s, shard, &shard.pods).await?));
+        }
+        Ok::<_, Error>(regs)
+    }
+    .await;
+    release(&mut lock).await;
     let mut groups = BTreeMap::new();
-    for shard in shards {
-        let reg = register::ensure_shard(s, shard, &shard.pods).await?;
+    for (shard, reg) in registered? {
+        register::settle(s, &reg, &shard.pods).await?;
         groups.insert(shard.name.clone(), reg.gid);
     }
-    finish(s, &groups).await
+    let targets: Vec<u32> = groups.values().copied().collect();
+    finish(s, &groups, move |_, _| Aim { goal: Goal::new(targets.clone(), 0), own: Own::Everything }).await
 }
 
 async fn provision_one(
@@ -72,7 +92,7 @@ async fn provision_one(
     legacy: &Legacy,
     desired: Option<u32>,
 ) -> Result<String> {
-    let reg = register::ensure_shard(s, shard, &shard.pods).await?;
+    let reg = register_shard(s, shard).await?;
     let stats = s.stats().await?;
     let cluster = &s.common.cluster.name;
     let deleting: BTreeSet<String> = legacy.deleting.iter().map(|d| format!("{cluster}-{d}")).collect();
@@ -92,13 +112,13 @@ async fn provision_one(
             ),
         });
     }
-    let live: Vec<&Shard> = shards.iter().filter(|sh| !deleting.contains(&sh.name)).collect();
+    let live: Vec<String> = shards.iter().filter(|sh| !deleting.contains(&sh.name)).map(|sh| sh.name.clone()).collect();
     let mut groups = BTreeMap::new();
     let mut registered = BTreeSet::new();
-    for sh in &live {
-        if let Some(g) = cluster::group_of_shard(&stats, &sh.name) {
-            groups.insert(sh.name.clone(), g.id);
-            registered.insert(sh.name.clone());
+    for name in &live {
+        if let Some(g) = cluster::group_of_shard(&stats, name) {
+            groups.insert(name.clone(), g.id);
+            registered.insert(name.clone());
         }
     }
     let fresh = stats.slots.iter().all(|sl| sl.group_id == 0 && sl.is_idle());
@@ -115,7 +135,18 @@ async fn provision_one(
             ));
         }
     }
-    finish(s, &groups).await
+    // The final topology: every live listed shard, and as many more as the Cluster wants when its count is known (a
+    // Component KubeBlocks has not created yet is listed nowhere).
+    let missing = desired.map_or(0, |n| (n as usize).saturating_sub(live.len()));
+    let own = reg.gid;
+    let aim_of = move |stats: &Stats, leaving: &BTreeSet<String>| {
+        let names: Vec<&String> = live.iter().filter(|n| !leaving.contains(*n)).collect();
+        let receivers: Vec<u32> =
+            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
+        let unregistered = names.len() - receivers.len() + missing;
+        Aim { goal: Goal::new(receivers, unregistered), own: Own::Receiver(own) }
+    };
+    finish(s, &groups, aim_of).await
 }
 
 /// The sharding a shard belongs to: its full name `<cluster>-<sharding>-<id>` without the cluster and the id.
@@ -173,7 +204,7 @@ pub fn bootstrap_waits(
 }
 
 /// The Cluster's desired number of shards in this shard's sharding, when the Kubernetes API answers in time.
-async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: Option<&str>) -> Option<u32> {
+pub async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: Option<&str>) -> Option<u32> {
     let (namespace, name) = (&common.cluster.namespace, &common.cluster.name);
     let sharding = sharding_of(name, shard)?;
     let timeout = ctx.budget.cap(KUBE_TIMEOUT);
@@ -196,8 +227,13 @@ async fn desired_shards(ctx: &Context, common: &Common, shard: &str, kube_api: O
     }
 }
 
-/// Balances the slots over `groups` (shard → gid) and onlines proxies; refuses when a group outside them holds slots.
-async fn finish(s: &Session<'_>, groups: &BTreeMap<String, u32>) -> Result<String> {
+/// Moves the slots toward what `aim_of` says (`groups`, shard → gid, are the shards registered now) and onlines
+/// proxies; refuses when a group outside `groups` holds slots.
+async fn finish(
+    s: &Session<'_>,
+    groups: &BTreeMap<String, u32>,
+    mut aim_of: impl FnMut(&Stats, &BTreeSet<String>) -> Aim,
+) -> Result<String> {
     let stats = s.stats().await?;
     let targets: Vec<u32> = groups.values().copied().collect();
     let strangers: Vec<u32> = stats
@@ -213,7 +249,8 @@ async fn finish(s: &Session<'_>, groups: &BTreeMap<String, u32>) -> Result<Strin
             "codis groups {strangers:?} hold slots but serve no shard of this cluster; refusing to move their slots"
         )));
     }
-    let outcome = rebalance::balance(s, &targets, "rebalance").await?;
+    let outcome =
+        rebalance::converge(s, "rebalance", |stats, leaving| Ok(aim_of(stats, leaving)), Handoff::Wait).await?;
     let proxies = ensure_proxies_online(s).await?;
     Ok(format!(
         "{} shard(s) registered as groups {:?}; {} slot(s) assigned, {} migrated (critical path {} rounds, lower \

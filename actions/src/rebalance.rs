@@ -1,12 +1,14 @@
-//! Moving slots: turns a [`plan`](crate::plan) into Codis slot actions and waits for Codis to carry them out.
+//! Moving slots: turns [`plan::toward`] steps into Codis slot actions and waits for Codis to carry them out.
 //!
-//! Offline slots are assigned directly (no data to move); owned slots move through `create-range`, submitted in the
-//! plan's round order so that Codis' executor, which starts the lowest-indexed pending action of every idle pair of
-//! groups, runs disjoint pairs at once. Codis keeps the queue, so a run that ends for lack of budget leaves the work
-//! going; the next run counts the in-flight actions and never plans them again.
+//! [`converge`] is the loop every slot-moving action runs. Each pass takes the cluster's topology lock only to read
+//! the slot table, plan one step toward the final topology and hand it to Codis (offline slots assigned directly,
+//! migrations through `create-range` in an order that makes Codis's executor run disjoint pairs of groups at once,
+//! see [`plan::rounds`]); then it waits for Codis *outside* the lock. Codis keeps the queue, so a second action
+//! planning meanwhile sees the first one's migrations in flight, plans around them and picks idle donors, and a run
+//! that ends for lack of budget leaves the work going inside Codis until the next run comes (KubeBlocks' backoff can
+//! be long). A run is done when nothing is left to do for the group it is about ([`Own`]): Codis migrates the rest
+//! of a step that other actions share on its own.
 //!
-//! [`balance`] spreads the slots over target groups (`post-provision`, `shard-add`); [`drain`] does the same while
-//! counting the slots of one leaving group, which is what its progress reports (`shard-remove`, `pre-terminate`).
 //! While Codis migrates, the slot table is read at a pace derived from the progress seen so far (see
 //! [`poll_interval`]): often enough to notice the end within a small fraction of one slot's migration time, rarely
 //! enough that a long drain costs a few dozen reads of a ~100 KB table.
@@ -14,10 +16,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::cluster::Session;
+use crate::cluster::{release, Session};
 use crate::codis::Stats;
 use crate::error::{Error, Result};
-use crate::plan::{self, Plan, PlanError, SlotState};
+use crate::plan::rounds::{self, Queued};
+use crate::plan::{self, Goal, Plan, SlotState, Step};
 
 /// The shortest pause between two reads of the slot table while Codis migrates.
 pub const MIN_POLL: Duration = Duration::from_millis(20);
@@ -27,22 +30,62 @@ pub const MAX_POLL: Duration = Duration::from_secs(1);
 /// instead of exit 75 (capped at half the budget). Codis retries a failed batch about every 6 s, so by then at least
 /// one retry failed too.
 pub const ERROR_PERSISTS: Duration = Duration::from_secs(10);
+/// Codis's `migration_parallel_slots` default: the most slots one round of its executor takes.
+pub const PARALLEL_SLOTS: usize = 100;
 
-/// What one balancing run did.
+/// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// Offline slots assigned directly.
     pub assigned: usize,
     /// Slot migrations this run created.
     pub created: usize,
-    /// Slot migrations finished while this run watched (including earlier runs' in-flight ones).
+    /// Slot migrations finished while this run watched (including other runs' in-flight ones).
     pub finished: usize,
-    /// The first plan's critical path (rounds of parallel migrations) and its lower bound.
+    /// The first step's critical path (rounds of parallel migrations).
     pub critical_path: usize,
     /// Lower bound of the critical path.
     pub lower_bound: usize,
     /// Stats reads while waiting for Codis.
     pub polls: usize,
+    /// Pending migrations into leaving groups removed before they started.
+    pub cancelled: usize,
+}
+
+/// The group a run is about: what it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// A group that stays (an added shard): done once no migration involves it and no step has more for it.
+    Receiver(u32),
+    /// A leaving group: done once it owns no slot and none is on its way to it.
+    Leaver {
+        /// The group.
+        gid: u32,
+        /// How many slots it had to give away in all (across runs), for the progress message.
+        total: usize,
+    },
+    /// The whole cluster (one action places every shard): done once nothing migrates and no step is left.
+    Everything,
+}
+
+/// What a pass of [`converge`] aims at, decided under the lock from the slot table just read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aim {
+    /// The final topology as far as it is known.
+    pub goal: Goal,
+    /// The group this run waits for.
+    pub own: Own,
+}
+
+/// How a run ends early after handing its step to Codis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handoff {
+    /// Wait for the run's own group to be done (or the budget).
+    Wait,
+    /// Return exit 75 with this note as soon as a pass created migrations: a caller that runs the actions of one
+    /// change one after another (KubeBlocks 1.1 runs a reconcile's shardAdds in turn) gets to the next one while Codis
+    /// migrates, and the next run waits for what is left.
+    ReturnAfterSubmitting(String),
 }
 
 /// What the progress messages count.
@@ -73,6 +116,44 @@ impl Count {
     }
 }
 
+impl Own {
+    fn count(self) -> Count {
+        match self {
+            Self::Leaver { gid, total } => Count::Leaving { gid, total },
+            Self::Receiver(_) | Self::Everything => Count::InFlight,
+        }
+    }
+
+    /// Whether Codis still has work queued or running that this run waits for.
+    fn waits_on(self, stats: &Stats) -> bool {
+        match self {
+            Self::Receiver(gid) => stats.slots.iter().any(|sl| !sl.is_idle() && involves(sl, gid)),
+            Self::Leaver { gid, .. } => {
+                stats.slots.iter().any(|sl| sl.group_id == gid || (!sl.is_idle() && sl.action.target_id == Some(gid)))
+            }
+            Self::Everything => stats.is_migrating(),
+        }
+    }
+
+    /// Whether nothing is left for this run: Codis has nothing of it queued, the step just planned has nothing for it
+    /// either, and no slot held in flight elsewhere is still owed to it.
+    fn is_done(self, stats: &Stats, step: &Step) -> bool {
+        !self.waits_on(stats)
+            && match self {
+                Self::Receiver(gid) => {
+                    let held = stats.slots.iter().filter(|sl| sl.group_id == gid).count();
+                    !step.touches(gid) && (step.deferred.is_empty() || step.final_size(gid) == Some(held))
+                }
+                Self::Leaver { gid, .. } => !step.touches(gid),
+                Self::Everything => step.plan.is_empty() && step.deferred.is_empty(),
+            }
+    }
+}
+
+fn involves(sl: &crate::codis::SlotMapping, gid: u32) -> bool {
+    sl.group_id == gid || sl.action.target_id == Some(gid)
+}
+
 /// The slot table as the planner sees it.
 #[must_use]
 pub fn slot_states(stats: &Stats) -> Vec<SlotState> {
@@ -86,106 +167,145 @@ pub fn slot_states(stats: &Stats) -> Vec<SlotState> {
         .collect()
 }
 
-/// Balances every slot over `targets` (groups not listed end with none) and waits until Codis has done it.
-/// `what` names the work in progress messages (`rebalance`).
+/// Codis's queue of slot actions, as its executor takes them.
+#[must_use]
+pub fn queue(stats: &Stats) -> Vec<Queued> {
+    stats
+        .slots
+        .iter()
+        .filter(|s| !s.is_idle())
+        .filter_map(|s| {
+            Some(Queued {
+                slot: s.id,
+                from: (s.group_id != 0).then_some(s.group_id),
+                to: s.action.target_id?,
+                index: s.action.index.unwrap_or(0),
+                started: s.action.state() != Some("pending"),
+            })
+        })
+        .collect()
+}
+
+/// Moves slots toward the final topology `aim_of` describes (asked afresh on every pass, under the lock, from the slot
+/// table just read and the shards recorded as leaving) until nothing is left for the run's own group. `what` names the work in progress messages
+/// (`rebalance`, `drain`).
+///
+/// Pending migrations into a group that is no receiver (a shard now known to be leaving) are removed before each
+/// step: they have not started, so nothing is lost, and the step sends those slots where they stay.
 ///
 /// # Errors
 ///
-/// Exit 75 with the progress when the budget runs out; exit 1 when no balanced plan can be made, slot actions are
-/// disabled, a migration error persists, or a Codis call fails.
-pub async fn balance(s: &Session<'_>, targets: &[u32], what: &str) -> Result<Outcome> {
-    run(s, targets, what, Count::InFlight).await
-}
-
-/// Moves every slot of group `leaving` (and of any other group not in `targets`) onto `targets`, balanced with the
-/// fewest moves, and waits until Codis shows no slot owned by or migrating to it. `total` is how many slots the
-/// drain had to move when it began, for the progress message `drain in progress: M/N slots moved`.
-///
-/// # Errors
-///
-/// As [`balance`].
-pub async fn drain(s: &Session<'_>, leaving: u32, total: usize, targets: &[u32]) -> Result<Outcome> {
-    run(s, targets, "drain", Count::Leaving { gid: leaving, total }).await
-}
-
-async fn run(s: &Session<'_>, targets: &[u32], what: &str, count: Count) -> Result<Outcome> {
+/// Exit 75 with the progress when the budget runs out (or at once after submitting, with
+/// [`Handoff::ReturnAfterSubmitting`]); exit 1 when `aim_of` refuses, slot actions are disabled, a migration error
+/// persists, or a Codis call fails.
+pub async fn converge(
+    s: &Session<'_>,
+    what: &str,
+    mut aim_of: impl FnMut(&Stats, &BTreeSet<String>) -> Result<Aim>,
+    handoff: Handoff,
+) -> Result<Outcome> {
     let mut outcome = Outcome::default();
     let mut first = true;
+    let mut idle_passes = 0;
     loop {
-        let stats = s.stats().await?;
-        let states = slot_states(&stats);
-        let planned = match count {
-            Count::InFlight => plan::rebalance(&states, targets),
-            Count::Leaving { gid, .. } => plan::drain(&states, gid, targets),
-        };
-        let in_flight = stats.slots.iter().filter(|sl| !sl.is_idle()).count();
-        let plan = match planned {
-            Ok(plan) => plan,
-            // In-flight actions stand in the way of a balanced plan (one moves a slot into a group that must end
-            // empty, or fills a group past its share); they cannot be re-planned, but once they finish their slots can.
-            // In-flight actions stand in the way of a balanced plan (one moves a slot into a group that must end
-            // empty, or fills a group past its share); they cannot be re-planned, but everything else can start now,
-            // so that Codis keeps migrating even if this run ends before they finish. Once one of them has landed,
-            // the plan is made again.
-            Err(e @ (PlanError::InFlightToLeavingGroup { .. } | PlanError::PinnedOverQuota { .. }))
-                if in_flight > 0 =>
-            {
-                let (partial, deferred) = plan::around_in_flight(&states, targets)
-                    .map_err(|e| Error::Refused(format!("cannot plan the {what}: {e}")))?;
-                let held: BTreeSet<u32> = deferred.into_iter().collect();
-                tracing::info!(
-                    what,
-                    reason = %e,
-                    in_flight,
-                    startable = partial.moves.len() + partial.assign.len(),
-                    waiting = held.len(),
-                    "in-flight slot actions hold part of the plan: starting the rest now"
-                );
-                if !partial.assign.is_empty() {
-                    s.dashboard.slots_assign(&partial.assign).await?;
-                    outcome.assigned += partial.assign.len();
-                }
-                outcome.created += submit(s, &partial).await?;
-                let wake = (!held.is_empty()).then_some(&held);
-                outcome.finished += wait_idle(s, what, count, wake, &mut outcome.polls).await?;
-                continue;
-            }
-            Err(e) => return Err(Error::Refused(format!("cannot plan the {what}: {e}"))),
-        };
-        if first {
-            outcome.critical_path = plan.critical_path;
-            outcome.lower_bound = plan.lower_bound;
-            tracing::info!(
-                what,
-                assign = plan.assign.len(),
-                moves = plan.moves.len(),
-                in_flight,
-                critical_path = plan.critical_path,
-                lower_bound = plan.lower_bound,
-                "slot plan"
-            );
-            first = false;
-        }
-        if plan.is_empty() && in_flight == 0 {
+        let mut lock = s.lock_topology().await?;
+        let cancelled = outcome.cancelled;
+        let pass = plan_and_submit(s, what, &mut aim_of, &mut outcome, first).await;
+        release(&mut lock).await;
+        let (aim, step, created, stats) = pass?;
+        first = false;
+        if aim.own.is_done(&stats, &step) {
             return Ok(outcome);
         }
-        if !plan.assign.is_empty() {
-            s.dashboard.slots_assign(&plan.assign).await?;
-            s.dashboard.group_resync_all().await?;
-            outcome.assigned += plan.assign.len();
+        // A pass that changed nothing while nothing migrates would only repeat itself.
+        let changed = created > 0 || !step.plan.assign.is_empty() || outcome.cancelled > cancelled;
+        idle_passes = if changed || stats.is_migrating() { 0 } else { idle_passes + 1 };
+        if idle_passes > 1 {
+            return Err(Error::Refused(format!(
+                "cannot finish the {what}: no step toward groups {:?} ({} shard(s) still to register) moves what is \
+                 left, and nothing migrates",
+                aim.goal.receivers, aim.goal.unregistered
+            )));
         }
-        outcome.created += submit(s, &plan).await?;
-        outcome.finished += wait_idle(s, what, count, None, &mut outcome.polls).await?;
+        if let Handoff::ReturnAfterSubmitting(note) = &handoff {
+            if created > 0 {
+                return Err(Error::InProgress {
+                    progress: format!("{what}: {created} slot migration(s) queued in codis; {note}"),
+                });
+            }
+        }
+        let deferred: BTreeSet<u32> = step.deferred.iter().copied().collect();
+        outcome.finished += wait(s, what, aim.own, &deferred, &mut outcome.polls).await?;
     }
 }
 
-/// Creates the plan's migrations, whole ranges at a time, in round order.
-async fn submit(s: &Session<'_>, plan: &Plan) -> Result<usize> {
-    let round_of = |slot: u32| plan.rounds.iter().position(|r| r.iter().any(|m| m.slot == slot)).unwrap_or(0);
-    let mut ranges = plan.ranges();
-    ranges.sort_by_key(|r| (round_of(r.beg), r.beg));
+/// One pass under the lock: read, aim, cancel what must not start, plan, hand the step to Codis. Returns the aim,
+/// the step, how many migrations it created and the slot table it planned from.
+async fn plan_and_submit(
+    s: &Session<'_>,
+    what: &str,
+    aim_of: &mut impl FnMut(&Stats, &BTreeSet<String>) -> Result<Aim>,
+    outcome: &mut Outcome,
+    first: bool,
+) -> Result<(Aim, Step, usize, Stats)> {
+    let leavers = crate::drain::recorded_leavers(s).await?;
+    let mut stats = s.stats().await?;
+    let mut aim = aim_of(&stats, &leavers)?;
+    let cancel: Vec<u32> = stats
+        .slots
+        .iter()
+        .filter(|sl| sl.action.state() == Some("pending"))
+        .filter(|sl| sl.action.target_id.is_some_and(|t| !aim.goal.receivers.contains(&t)))
+        .map(|sl| sl.id)
+        .collect();
+    if !cancel.is_empty() {
+        for &sid in &cancel {
+            tracing::info!(slot = sid, "removing a pending migration into a leaving group");
+            match s.dashboard.slot_action_remove(sid).await {
+                Ok(()) => outcome.cancelled += 1,
+                // Started meanwhile (it lands and moves again) or gone: the next read shows which.
+                Err(e) if e.is_not_found() || e.cause().is_some_and(|c| c.contains("isn't pending")) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        stats = s.stats().await?;
+        aim = aim_of(&stats, &leavers)?;
+    }
+    let step = plan::toward(&slot_states(&stats), &aim.goal)
+        .map_err(|e| Error::Refused(format!("cannot plan the {what}: {e}")))?;
+    let in_flight = stats.slots.iter().filter(|sl| !sl.is_idle()).count();
+    if first {
+        outcome.critical_path = step.plan.critical_path;
+        outcome.lower_bound = step.plan.lower_bound;
+    }
+    if !step.plan.is_empty() || first {
+        tracing::info!(
+            what,
+            receivers = ?aim.goal.receivers,
+            unregistered = aim.goal.unregistered,
+            assign = step.plan.assign.len(),
+            moves = step.plan.moves.len(),
+            in_flight,
+            deferred = step.deferred.len(),
+            critical_path = step.plan.critical_path,
+            lower_bound = step.plan.lower_bound,
+            "slot plan"
+        );
+    }
+    if !step.plan.assign.is_empty() {
+        s.dashboard.slots_assign(&step.plan.assign).await?;
+        s.dashboard.group_resync_all().await?;
+        outcome.assigned += step.plan.assign.len();
+    }
+    let created = submit(s, &step.plan, &queue(&stats)).await?;
+    outcome.created += created;
+    Ok((aim, step, created, stats))
+}
+
+/// Creates the plan's migrations behind Codis's queue, in the order [`rounds::submission`] gives.
+async fn submit(s: &Session<'_>, plan: &Plan, queued: &[Queued]) -> Result<usize> {
     let mut created = 0;
-    for r in ranges {
+    for r in rounds::submission(plan, queued, PARALLEL_SLOTS) {
         s.ctx.budget.check(|| format!("creating slot migrations: {created}/{} created", plan.moves.len()))?;
         match s.dashboard.slot_action_create_range(r.beg, r.end, r.to).await {
             Ok(()) => created += (r.end - r.beg + 1) as usize,
@@ -197,19 +317,15 @@ async fn submit(s: &Session<'_>, plan: &Plan) -> Result<usize> {
     Ok(created)
 }
 
-/// Waits until no slot has an action (or, with `held`, until one of those slots has none: the plan they held can
-/// then be made), reporting progress; the budget running out is exit 75 (or exit 1 when Codis keeps reporting the
-/// same migration error with no progress, which will not fix itself).
-async fn wait_idle(
-    s: &Session<'_>,
-    what: &str,
-    count: Count,
-    held: Option<&BTreeSet<u32>>,
-    polls: &mut usize,
-) -> Result<usize> {
+/// Waits, outside the lock, until Codis has nothing left that `own` waits on, or one of the `deferred` slots has
+/// landed (the step they held back can then be planned), reporting progress; returns how many of the actions it
+/// waited on finished. The budget running out is exit 75 (or exit 1 when Codis keeps reporting the same migration
+/// error with no progress, which will not fix itself).
+async fn wait(s: &Session<'_>, what: &str, own: Own, deferred: &BTreeSet<u32>, polls: &mut usize) -> Result<usize> {
     let started = Instant::now();
     let mut busy_at_start: Option<usize> = None;
     let mut error: Option<SeenError> = None;
+    let count = own.count();
     loop {
         let stats = s.stats().await?;
         *polls += 1;
@@ -222,10 +338,11 @@ async fn wait_idle(
         if let Some(seen) = error.as_ref().filter(|e| e.since == now) {
             tracing::warn!(status = seen.status.as_str(), "codis reports a failed slot migration");
         }
-        if busy == 0 {
-            return Ok(at_start);
+        if !own.waits_on(&stats) || stats.slots.iter().any(|sl| sl.is_idle() && deferred.contains(&sl.id)) {
+            return Ok(done);
         }
-        if held.is_some_and(|held| stats.slots.iter().any(|sl| sl.is_idle() && held.contains(&sl.id))) {
+        if busy == 0 {
+            // Nothing migrates, yet the run's group is not done: a new step is needed.
             return Ok(done);
         }
         if stats.slot_action.disabled {

@@ -29,11 +29,21 @@ pub struct Registered {
     pub changed: bool,
 }
 
-/// Ensures `shard` is a group whose servers include `pods`; returns its group id.
+/// Ensures `shard` is a group whose servers include `pods`, each replica replicating the master with its link up
+/// and Codis agreeing; returns its group id. [`register`] then [`settle`], for callers that hold the topology lock
+/// throughout.
+pub async fn ensure_shard(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Registered> {
+    let reg = register(s, shard, pods).await?;
+    settle(s, &reg, pods).await?;
+    Ok(reg)
+}
+
+/// The changes of [`ensure_shard`]: the group, its master and every replica pointed at it and listed. Must be called
+/// with the topology lock held; waits for nothing, so the lock is held briefly.
 ///
 /// The master is whatever Codis already has at index 0; a group without servers gets the pod with the lowest
-/// ordinal (ordinal 0 on a fresh cluster). Must be called with the topology lock held.
-pub async fn ensure_shard(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Registered> {
+/// ordinal (ordinal 0 on a fresh cluster).
+pub async fn register(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Registered> {
     let mut changed = false;
     let stats = s.stats().await?;
     let gid = match cluster::group_of_shard(&stats, &shard.name) {
@@ -84,11 +94,17 @@ pub async fn ensure_shard(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Resul
             changed = true;
         }
     }
-    for pod in &replicas {
-        s.wait_link_up(&s.server(pod), &master).await?;
-    }
-    confirm(s, gid, &master, &replicas).await?;
     Ok(Registered { gid, master, changed })
+}
+
+/// The waits of [`ensure_shard`]: every replica among `pods` follows the master with its link up, and Codis agrees.
+/// Reads only, so it needs no lock.
+pub async fn settle(s: &Session<'_>, reg: &Registered, pods: &[Pod]) -> Result<()> {
+    let replicas: Vec<&Pod> = pods.iter().filter(|p| !s.server(p).eq_ignore_ascii_case(&reg.master)).collect();
+    for pod in &replicas {
+        s.wait_link_up(&s.server(pod), &reg.master).await?;
+    }
+    confirm(s, reg.gid, &reg.master, &replicas).await
 }
 
 /// Finds the group reserved for `shard` in etcd, or reserves and creates a new one.

@@ -1,13 +1,25 @@
-//! `shard-add` (1.1+): the shard named by KB_ADD_SHARD_NAME registered as a group, then slots moved onto it with
-//! the fewest moves.
+//! `shard-add` (1.1+): the shard named by KB_ADD_SHARD_NAME registered as a group, then slots moved onto it with the
+//! fewest moves over the whole change.
+//!
+//! Its share is its size in the final topology: every shard `ALL_SHARDS_POD_FQDNS` lists counts, registered or not
+//! (KubeBlocks lists a scale-out's new shards as soon as their Components exist), minus those recorded as leaving. So
+//! four shards added in one request move exactly the slots one rebalance over all eight would, whatever order and
+//! overlap their shardAdds run in; one whose group is not there yet takes the rest when it registers.
+//!
+//! KubeBlocks 1.1 runs the shardAdds of one reconcile one after another, each call blocking, so a call that waited
+//! for its own migrations would hold back the next shard's registration and serialise the change. While other listed
+//! shards have no group yet, a call therefore hands its migrations to Codis and exits 75 at once; the next call (the
+//! next reconcile) waits for what is left. The last shard to register waits, beside everyone else's migrations.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use crate::cluster::{self, release, Session};
 use crate::context::Context;
+use crate::drain;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::rebalance;
+use crate::plan::Goal;
+use crate::rebalance::{self, Aim, Handoff, Own};
 use crate::register;
 
 /// Runs the action.
@@ -21,28 +33,46 @@ pub async fn run(ctx: &Context) -> Result<String> {
         .ok_or_else(|| Error::invalid(crate::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard")))?;
     let s = Session::open(ctx).await?;
     let mut lock = s.lock_topology().await?;
-    let result = async {
-        let reg = register::ensure_shard(&s, new, &new.pods).await?;
-        // Every listed shard that is registered takes part; one still waiting for its own shardAdd joins then.
-        let stats = s.stats().await?;
-        let groups: BTreeMap<&str, u32> = shards
-            .iter()
-            .filter_map(|sh| cluster::group_of_shard(&stats, &sh.name).map(|g| (sh.name.as_str(), g.id)))
-            .collect();
-        let targets: Vec<u32> = groups.values().copied().collect();
-        let outcome = rebalance::balance(&s, &targets, "rebalance").await?;
-        Ok(format!(
-            "{added} registered as group {} (master {}); {} slot(s) migrated onto {} group(s) (critical path {} \
-             rounds, lower bound {})",
-            reg.gid,
-            reg.master,
-            outcome.created,
-            targets.len(),
-            outcome.critical_path,
-            outcome.lower_bound
-        ))
-    }
-    .await;
+    let registered = register::register(&s, new, &new.pods).await;
     release(&mut lock).await;
-    result
+    let reg = registered?;
+    // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
+    register::settle(&s, &reg, &new.pods).await?;
+
+    let leaving = drain::recorded_leavers(&s).await?;
+    let staying = |leaving: &BTreeSet<String>| -> Vec<&str> {
+        shards.iter().map(|sh| sh.name.as_str()).filter(|n| !leaving.contains(*n)).collect()
+    };
+    let first = s.stats().await?;
+    let others_unregistered =
+        staying(&leaving).iter().filter(|n| **n != added && cluster::group_of_shard(&first, n).is_none()).count();
+    let handoff = match others_unregistered {
+        0 => Handoff::Wait,
+        n => Handoff::ReturnAfterSubmitting(format!(
+            "{n} other shard(s) of this change have no group yet: returning so that their shardAdd can run; the next \
+             run waits for these migrations"
+        )),
+    };
+    let aim_of = |stats: &crate::codis::Stats, leaving: &BTreeSet<String>| -> Result<Aim> {
+        let names = staying(leaving);
+        let receivers: Vec<u32> =
+            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
+        let unregistered = names.len() - receivers.len();
+        Ok(Aim { goal: Goal::new(receivers, unregistered), own: Own::Receiver(reg.gid) })
+    };
+    let outcome = rebalance::converge(&s, "rebalance", aim_of, handoff).await?;
+    let stats = s.stats().await?;
+    let names = staying(&drain::recorded_leavers(&s).await?);
+    let groups = names.iter().filter(|n| cluster::group_of_shard(&stats, n).is_some()).count();
+    Ok(format!(
+        "{added} registered as group {} (master {}); {} slot(s) migrated onto {} group(s) of {} in the final topology \
+         (critical path {} rounds, lower bound {})",
+        reg.gid,
+        reg.master,
+        outcome.created,
+        groups,
+        names.len(),
+        outcome.critical_path,
+        outcome.lower_bound
+    ))
 }

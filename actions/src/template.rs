@@ -132,7 +132,49 @@ fn reject(var: &str, reason: impl Into<String>) -> tera::Error {
 /// subcommand was given (`own-shard`), which a template reads with `option(name=...)`.
 pub fn render(action: &str, line: KbLine, vars: &VarMap, options: &[&str]) -> Result<Value> {
     let dir = templates_dir(vars)?;
-    let dir = dir.as_ref();
+    if action == "role-probe" && dir.is_none() {
+        return role_probe_event(vars, line);
+    }
+    render_template(action, line, vars, options, dir.as_ref())
+}
+
+/// The built-in `role-probe.tera` evaluated without Tera: the same functions with the same arguments, in the
+/// template's order, so the same event or the same first rejection. The probe runs every few seconds in every pod,
+/// and Tera's parser is most of what its process would otherwise map (the tests check both ways agree).
+fn role_probe_event(vars: &VarMap, line: KbLine) -> Result<Value> {
+    let s = scope(vars, line, &[]);
+    let call = |f: Function, args: Value| -> tera::Result<Value> {
+        let args: Args = match args {
+            Value::Object(map) => map.into_iter().collect(),
+            _ => Args::new(),
+        };
+        f(&s, &args)
+    };
+    REJECTED.with(|r| r.borrow_mut().take());
+    let doc = (|| -> tera::Result<Value> {
+        Ok(json!({
+            "action": "role-probe",
+            "kubeblocks": call(fn_kubeblocks_line, json!({}))?,
+            "host": call(fn_host, json!({"var": vars::PIKA_HOST, "default": "127.0.0.1"}))?,
+            "pika": {
+                "port": call(fn_number, json!({"var": vars::PIKA_PORT, "default": 9221, "min": 1, "max": 65535}))?,
+                "auth": call(fn_secret_set, json!({"var": vars::PIKA_PASSWORD}))?,
+                "overrides": call(fn_overrides, json!({"var": vars::PIKA_ADDRESS_OVERRIDES}))?,
+            },
+            "budget_seconds": call(
+                fn_number,
+                json!({"var": vars::ACTION_BUDGET_SECONDS, "default": 50, "min": 1, "max": 86400})
+            )?,
+        }))
+    })();
+    doc.map_err(|e| match REJECTED.with(|r| r.borrow_mut().take()) {
+        Some((var, reason)) => Error::invalid(var, reason),
+        None => Error::invalid("template", format!("template role-probe.tera: {}", chain(&e))),
+    })
+}
+
+/// Renders `<action>[.<line>].tera` with Tera.
+fn render_template(action: &str, line: KbLine, vars: &VarMap, options: &[&str], dir: Option<&String>) -> Result<Value> {
     let (name, source) = select(action, line, dir.map(Path::new))?;
     // Parsing the shared macros is most of a render's cost (about 1 ms of role-probe's 5): only when imported.
     let common = if source.contains("common.tera") {
@@ -223,207 +265,250 @@ fn arg_str<'a>(args: &'a HashMap<String, Value>, key: &str) -> tera::Result<&'a 
     args.get(key).and_then(Value::as_str).ok_or_else(|| tera::Error::msg(format!("missing argument `{key}`")))
 }
 
+/// What a template function sees: the variables, the line, the command-line options.
+struct Scope {
+    vars: VarMap,
+    line: KbLine,
+    options: Vec<String>,
+}
+
+type Args = HashMap<String, Value>;
+
+/// A template function.
+type Function = fn(&Scope, &Args) -> tera::Result<Value>;
+
+/// The functions templates call, by name. Each is a plain function so that a built-in template can also be
+/// evaluated without Tera ([`role_probe_event`]).
+const FUNCTIONS: &[(&str, Function)] = &[
+    ("required", fn_required),
+    ("optional", fn_optional),
+    ("is_set", fn_is_set),
+    ("number", fn_number),
+    ("flag", fn_flag),
+    ("host_port", fn_host_port),
+    ("host_ports", fn_host_ports),
+    ("fqdn", fn_fqdn),
+    ("fqdns", fn_fqdns),
+    ("shard_map", fn_shard_map),
+    ("names", fn_names),
+    ("host_ports_if_set", fn_host_ports_if_set),
+    ("host", fn_host),
+    ("option", fn_option),
+    ("overrides", fn_overrides),
+    ("secret_set", fn_secret_set),
+    ("kubeblocks_line", fn_kubeblocks_line),
+];
+
 fn register_functions(tera: &mut tera::Tera, vars: &VarMap, line: KbLine, options: &[&str]) {
-    let vars = Arc::new(vars.clone());
-    let options: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
+    let scope = Arc::new(scope(vars, line, options));
+    for &(name, f) in FUNCTIONS {
+        let s = Arc::clone(&scope);
+        tera.register_function(name, move |args: &Args| f(&s, args));
+    }
+}
 
-    // required(var): a non-empty string.
-    let v = Arc::clone(&vars);
-    tera.register_function("required", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        required(&v, var).map(Value::from)
-    });
+fn scope(vars: &VarMap, line: KbLine, options: &[&str]) -> Scope {
+    Scope { vars: vars.clone(), line, options: options.iter().map(|o| (*o).to_owned()).collect() }
+}
 
-    // optional(var, default=null): the value, or the default when unset or empty.
-    let v = Arc::clone(&vars);
-    tera.register_function("optional", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        Ok(match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            Some(s) => Value::from(s),
-            None => args.get("default").cloned().unwrap_or(Value::Null),
-        })
-    });
+// required(var): a non-empty string.
+fn fn_required(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    required(v, var).map(Value::from)
+}
 
-    // is_set(var): whether the variable is set and non-empty.
-    let v = Arc::clone(&vars);
-    tera.register_function("is_set", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        Ok(Value::Bool(v.get(var).is_some_and(|s| !s.trim().is_empty())))
-    });
+// optional(var, default=null): the value, or the default when unset or empty.
+fn fn_optional(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    Ok(match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        Some(s) => Value::from(s),
+        None => args.get("default").cloned().unwrap_or(Value::Null),
+    })
+}
 
-    // number(var, default, min, max): an integer in range.
-    let v = Arc::clone(&vars);
-    tera.register_function("number", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let min = args.get("min").and_then(Value::as_u64).unwrap_or(0);
-        let max = args.get("max").and_then(Value::as_u64).unwrap_or(u64::MAX);
-        let raw = match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            Some(s) => s,
-            None => {
-                return args.get("default").cloned().ok_or_else(|| reject(var, "is not set"));
-            }
-        };
-        let n: u64 = raw.parse().map_err(|_| reject(var, format!("{raw:?} is not a number")))?;
-        if n < min || n > max {
-            return Err(reject(var, format!("{n} is out of range {min}..={max}")));
+// is_set(var): whether the variable is set and non-empty.
+fn fn_is_set(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    Ok(Value::Bool(v.get(var).is_some_and(|s| !s.trim().is_empty())))
+}
+
+// number(var, default, min, max): an integer in range.
+fn fn_number(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let min = args.get("min").and_then(Value::as_u64).unwrap_or(0);
+    let max = args.get("max").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    let raw = match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        Some(s) => s,
+        None => {
+            return args.get("default").cloned().ok_or_else(|| reject(var, "is not set"));
         }
-        Ok(Value::from(n))
-    });
+    };
+    let n: u64 = raw.parse().map_err(|_| reject(var, format!("{raw:?} is not a number")))?;
+    if n < min || n > max {
+        return Err(reject(var, format!("{n} is out of range {min}..={max}")));
+    }
+    Ok(Value::from(n))
+}
 
-    // flag(var): `true` or `false` (unset = false).
-    let v = Arc::clone(&vars);
-    tera.register_function("flag", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        match v.get(var).map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-            None | Some("" | "false") => Ok(Value::Bool(false)),
-            Some("true") => Ok(Value::Bool(true)),
-            Some(other) => Err(reject(var, format!("{other:?} is neither true nor false"))),
+// flag(var): `true` or `false` (unset = false).
+fn fn_flag(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    match v.get(var).map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "false") => Ok(Value::Bool(false)),
+        Some("true") => Ok(Value::Bool(true)),
+        Some(other) => Err(reject(var, format!("{other:?} is neither true nor false"))),
+    }
+}
+
+// host_port(var): one `host:port`.
+fn fn_host_port(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = required(v, var)?;
+    check_host_port(&raw).map_err(|e| reject(var, e))?;
+    Ok(Value::from(raw))
+}
+
+// host_ports(var): a non-empty comma-separated list of `host:port`.
+fn fn_host_ports(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = required(v, var)?;
+    let list = split_list(&raw, ',');
+    if list.is_empty() {
+        return Err(reject(var, "lists no endpoint"));
+    }
+    for item in &list {
+        check_host_port(item).map_err(|e| reject(var, e))?;
+    }
+    Ok(json!(list))
+}
+
+// fqdn(var): one pod FQDN.
+fn fn_fqdn(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = required(v, var)?;
+    check_fqdn(&raw).map_err(|e| reject(var, e))?;
+    Ok(Value::from(raw.to_ascii_lowercase()))
+}
+
+// fqdns(var): a non-empty comma-separated list of pod FQDNs.
+fn fn_fqdns(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = required(v, var)?;
+    fqdn_list(&raw).map(|l| json!(l)).map_err(|e| reject(var, e))
+}
+
+// shard_map(var): `[{"short": "<sharding>-<id>", "pods": [fqdn, ...]}, ...]` from `a:f1,f2;b:f3`, or from a
+// bare `f1,f2`, which is what KubeBlocks gives when exactly one shard exists.
+fn fn_shard_map(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = required(v, var)?;
+    let entries = split_list(&raw, ';');
+    if let [only] = entries.as_slice() {
+        if !only.contains(':') {
+            let cluster = required(v, vars::CLUSTER_NAME)?;
+            let pods = fqdn_list(only).map_err(|e| reject(var, e))?;
+            let short = bare_shard(&cluster, &pods).map_err(|e| reject(var, e))?;
+            return Ok(json!([{"short": short, "pods": pods}]));
         }
-    });
-
-    // host_port(var): one `host:port`.
-    let v = Arc::clone(&vars);
-    tera.register_function("host_port", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = required(&v, var)?;
-        check_host_port(&raw).map_err(|e| reject(var, e))?;
-        Ok(Value::from(raw))
-    });
-
-    // host_ports(var): a non-empty comma-separated list of `host:port`.
-    let v = Arc::clone(&vars);
-    tera.register_function("host_ports", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = required(&v, var)?;
-        let list = split_list(&raw, ',');
-        if list.is_empty() {
-            return Err(reject(var, "lists no endpoint"));
+    }
+    let mut shards = Vec::new();
+    for entry in entries {
+        let (short, pods) =
+            entry.split_once(':').ok_or_else(|| reject(var, format!("entry {entry:?} is not <shard>:<fqdn>,...")))?;
+        let short = short.trim();
+        check_label(short).map_err(|e| reject(var, format!("shard name {short:?}: {e}")))?;
+        let pods = fqdn_list(pods).map_err(|e| reject(var, format!("shard {short}: {e}")))?;
+        if shards.iter().any(|s: &Value| s["short"] == short) {
+            return Err(reject(var, format!("shard {short} is listed twice")));
         }
-        for item in &list {
-            check_host_port(item).map_err(|e| reject(var, e))?;
+        shards.push(json!({"short": short, "pods": pods}));
+    }
+    if shards.is_empty() {
+        return Err(reject(var, "lists no shard"));
+    }
+    Ok(Value::Array(shards))
+}
+
+// names(var): a comma-separated list (possibly empty) of component names, each a DNS label.
+fn fn_names(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let list = v.get(var).map(|s| split_list(s, ',')).unwrap_or_default();
+    for name in &list {
+        check_label(name).map_err(|e| reject(var, e))?;
+    }
+    Ok(json!(list))
+}
+
+// host_ports_if_set(var): like host_ports, but unset or empty is an empty list (the action may do without).
+fn fn_host_ports_if_set(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let raw = v.get(var).map(|s| s.trim()).unwrap_or_default();
+    let list = split_list(raw, ',');
+    if list.is_empty() && !raw.is_empty() {
+        return Err(reject(var, "lists no endpoint"));
+    }
+    for item in &list {
+        check_host_port(item).map_err(|e| reject(var, e))?;
+    }
+    Ok(json!(list))
+}
+
+// host(var, default): one host name or address.
+fn fn_host(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        Some(host) => {
+            check_host(host).map_err(|e| reject(var, e))?;
+            Ok(Value::from(host))
         }
-        Ok(json!(list))
-    });
+        None => args.get("default").cloned().ok_or_else(|| reject(var, "is not set")),
+    }
+}
 
-    // fqdn(var): one pod FQDN.
-    let v = Arc::clone(&vars);
-    tera.register_function("fqdn", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = required(&v, var)?;
-        check_fqdn(&raw).map_err(|e| reject(var, e))?;
-        Ok(Value::from(raw.to_ascii_lowercase()))
-    });
+// option(name): whether the subcommand was given the command-line option `--<name>`.
+fn fn_option(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let options = &s.options;
+    let name = arg_str(args, "name")?;
+    Ok(Value::Bool(options.iter().any(|o| o == name)))
+}
 
-    // fqdns(var): a non-empty comma-separated list of pod FQDNs.
-    let v = Arc::clone(&vars);
-    tera.register_function("fqdns", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = required(&v, var)?;
-        fqdn_list(&raw).map(|l| json!(l)).map_err(|e| reject(var, e))
-    });
+// overrides(var): `{"<server>": "<host:port>"}` from `a:9221=127.0.0.1:7001,...` (unset = {}).
+fn fn_overrides(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    let mut map = serde_json::Map::new();
+    for pair in v.get(var).map(|s| split_list(s, ',')).unwrap_or_default() {
+        let (from, to) =
+            pair.split_once('=').ok_or_else(|| reject(var, format!("{pair:?} is not <server>=<host:port>")))?;
+        check_host_port(from).map_err(|e| reject(var, e))?;
+        check_host_port(to).map_err(|e| reject(var, e))?;
+        map.insert(from.to_ascii_lowercase(), Value::from(to));
+    }
+    Ok(Value::Object(map))
+}
 
-    // shard_map(var): `[{"short": "<sharding>-<id>", "pods": [fqdn, ...]}, ...]` from `a:f1,f2;b:f3`, or from a
-    // bare `f1,f2`, which is what KubeBlocks gives when exactly one shard exists.
-    let v = Arc::clone(&vars);
-    tera.register_function("shard_map", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = required(&v, var)?;
-        let entries = split_list(&raw, ';');
-        if let [only] = entries.as_slice() {
-            if !only.contains(':') {
-                let cluster = required(&v, vars::CLUSTER_NAME)?;
-                let pods = fqdn_list(only).map_err(|e| reject(var, e))?;
-                let short = bare_shard(&cluster, &pods).map_err(|e| reject(var, e))?;
-                return Ok(json!([{"short": short, "pods": pods}]));
-            }
-        }
-        let mut shards = Vec::new();
-        for entry in entries {
-            let (short, pods) = entry
-                .split_once(':')
-                .ok_or_else(|| reject(var, format!("entry {entry:?} is not <shard>:<fqdn>,...")))?;
-            let short = short.trim();
-            check_label(short).map_err(|e| reject(var, format!("shard name {short:?}: {e}")))?;
-            let pods = fqdn_list(pods).map_err(|e| reject(var, format!("shard {short}: {e}")))?;
-            if shards.iter().any(|s: &Value| s["short"] == short) {
-                return Err(reject(var, format!("shard {short} is listed twice")));
-            }
-            shards.push(json!({"short": short, "pods": pods}));
-        }
-        if shards.is_empty() {
-            return Err(reject(var, "lists no shard"));
-        }
-        Ok(Value::Array(shards))
-    });
+// secret_set(var): whether a secret is given; its value never enters a template.
+fn fn_secret_set(s: &Scope, args: &Args) -> tera::Result<Value> {
+    let v = &s.vars;
+    let var = arg_str(args, "var")?;
+    Ok(Value::Bool(v.get(var).is_some_and(|s| !s.is_empty())))
+}
 
-    // names(var): a comma-separated list (possibly empty) of component names, each a DNS label.
-    let v = Arc::clone(&vars);
-    tera.register_function("names", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let list = v.get(var).map(|s| split_list(s, ',')).unwrap_or_default();
-        for name in &list {
-            check_label(name).map_err(|e| reject(var, e))?;
-        }
-        Ok(json!(list))
-    });
-
-    // host_ports_if_set(var): like host_ports, but unset or empty is an empty list (the action may do without).
-    let v = Arc::clone(&vars);
-    tera.register_function("host_ports_if_set", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let raw = v.get(var).map(|s| s.trim()).unwrap_or_default();
-        let list = split_list(raw, ',');
-        if list.is_empty() && !raw.is_empty() {
-            return Err(reject(var, "lists no endpoint"));
-        }
-        for item in &list {
-            check_host_port(item).map_err(|e| reject(var, e))?;
-        }
-        Ok(json!(list))
-    });
-
-    // host(var, default): one host name or address.
-    let v = Arc::clone(&vars);
-    tera.register_function("host", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        match v.get(var).map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            Some(host) => {
-                check_host(host).map_err(|e| reject(var, e))?;
-                Ok(Value::from(host))
-            }
-            None => args.get("default").cloned().ok_or_else(|| reject(var, "is not set")),
-        }
-    });
-
-    // option(name): whether the subcommand was given the command-line option `--<name>`.
-    tera.register_function("option", move |args: &HashMap<String, Value>| {
-        let name = arg_str(args, "name")?;
-        Ok(Value::Bool(options.iter().any(|o| o == name)))
-    });
-
-    // overrides(var): `{"<server>": "<host:port>"}` from `a:9221=127.0.0.1:7001,...` (unset = {}).
-    let v = Arc::clone(&vars);
-    tera.register_function("overrides", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        let mut map = serde_json::Map::new();
-        for pair in v.get(var).map(|s| split_list(s, ',')).unwrap_or_default() {
-            let (from, to) =
-                pair.split_once('=').ok_or_else(|| reject(var, format!("{pair:?} is not <server>=<host:port>")))?;
-            check_host_port(from).map_err(|e| reject(var, e))?;
-            check_host_port(to).map_err(|e| reject(var, e))?;
-            map.insert(from.to_ascii_lowercase(), Value::from(to));
-        }
-        Ok(Value::Object(map))
-    });
-
-    // secret_set(var): whether a secret is given; its value never enters a template.
-    let v = Arc::clone(&vars);
-    tera.register_function("secret_set", move |args: &HashMap<String, Value>| {
-        let var = arg_str(args, "var")?;
-        Ok(Value::Bool(v.get(var).is_some_and(|s| !s.is_empty())))
-    });
-
-    tera.register_function("kubeblocks_line", move |_: &HashMap<String, Value>| Ok(Value::from(line.as_str())));
+fn fn_kubeblocks_line(s: &Scope, _: &Args) -> tera::Result<Value> {
+    Ok(Value::from(s.line.as_str()))
 }
 
 fn required(vars: &VarMap, var: &str) -> tera::Result<String> {
@@ -555,6 +640,43 @@ pub fn check_host(host: &str) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every environment of the probe evaluates to what Tera renders from the built-in template: the same event,
+    /// or a refusal naming the same variable for the same reason.
+    #[test]
+    fn the_role_probe_event_without_tera_is_the_built_in_templates() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("PIKA_HOST", "pika.local"), ("PIKA_PORT", " 9300 "), ("KUBEBLOCKS_LINE", "1.0")],
+            &[("PIKA_PASSWORD", "s3cret"), ("ACTION_BUDGET_SECONDS", "3"), ("KUBEBLOCKS_LINE", "1.1")],
+            &[("PIKA_ADDRESS_OVERRIDES", "P-0.svc:9221=127.0.0.1:7001, b.svc:9221=127.0.0.1:7002")],
+            &[("PIKA_HOST", "[::1]"), ("PIKA_PORT", ""), ("PIKA_PASSWORD", "")],
+            &[("PIKA_PORT", "port")],
+            &[("PIKA_PORT", "0")],
+            &[("PIKA_PORT", "65536")],
+            &[("PIKA_HOST", "pika host")],
+            &[("PIKA_HOST", "user@pika"), ("PIKA_PORT", "x")],
+            &[("PIKA_ADDRESS_OVERRIDES", "a.svc:9221")],
+            &[("PIKA_ADDRESS_OVERRIDES", "a.svc:9221=local")],
+            &[("ACTION_BUDGET_SECONDS", "0")],
+            &[("ACTION_BUDGET_SECONDS", "86401"), ("PIKA_PORT", "1")],
+        ];
+        for case in cases {
+            let vars: VarMap = case.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            let line = KbLine::from_vars(&vars).unwrap();
+            let native = role_probe_event(&vars, line);
+            let tera = render_template("role-probe", line, &vars, &[], None);
+            match (&native, &tera) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{case:?}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{case:?}"),
+                _ => panic!("{case:?}: without Tera {native:?}, with Tera {tera:?}"),
+            }
+        }
+        // The refusals name their variable.
+        let vars: VarMap = [("PIKA_PORT".to_owned(), "port".to_owned())].into();
+        let err = role_probe_event(&vars, KbLine::V1_1).unwrap_err().to_string();
+        assert!(err.contains("PIKA_PORT"), "{err}");
+    }
 
     #[test]
     fn fqdn_checks_accept_pod_fqdns_and_reject_others() {

@@ -270,7 +270,7 @@ group!(
         /// instead of the pod's service account; unauthenticated, so never point it at a real API server's port.
         /// Unset: the in-cluster API when the pod has one, else none (switchover: the ordinal rule decides;
         /// pre-terminate on 1.1: Codis' state decides whether the cluster is going; post-provision on 1.0: the
-        /// Cluster's shard count is not known)
+        /// Cluster's shard count is not known; shard-remove: only the shards recorded as leaving are known to go)
         kube_api_url => KUBE_API_URL;
     }
 );

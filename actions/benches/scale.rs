@@ -1,0 +1,198 @@
+//! Changes of several shards at once over 1024 slots, through the real binary against the Codis double (its rounds,
+//! batches and key movement), real redis-servers and real etcd, with keys preloaded through a proxy and a writer
+//! going through it the whole time:
+//!
+//! - 4→8: the four shardAdds (1.1) started at once, against Codis's own procedure on the same bed and data path:
+//!   register the four groups (`post-provision --own-shard`, which moves no slot) and one `slots/rebalance`;
+//! - 3→4: one shardAdd against register + rebalance;
+//! - 8→4: the four shardRemoves (1.1, the Cluster's shard count readable) called one after another as a reconcile
+//!   does, against the drain of the busiest leaving group alone (one shardRemove of 8→7);
+//! - slot moves of 3→4, 4→8, 8→16, 8→4 and 16→8 counted from every state change of the double (a slot that moves
+//!   twice counts twice), against the one-step minimum over the final topology.
+//!
+//! Each time runs from the first action's start to the moment every action has exited 0 and Codis holds no slot
+//! action. The lower bound printed is the most slots any one group sends or receives: Codis migrates at most one
+//! slot per group at a time, so no procedure finishes in fewer executor rounds.
+//!
+//! `cargo bench -p pika-action --bench scale`; `SCALE_BENCH_RUNS` (default 1) runs of each, `SCALE_BENCH_KEYS`
+//! (default 10000) keys preloaded, `SCALE_BENCH_TICK_MS` (default 10) the double's Codis second scaled.
+
+#[path = "../tests/support/change.rs"]
+mod change;
+#[path = "../tests/support/cluster_api.rs"]
+mod cluster_api;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use change::{concurrently, one_after_another, Change, Env};
+use cluster_api::{ClusterAnswer, ClusterApi};
+use support::{minimum_moves, run_args, run_to_completion, ClusterFixture, NAMESPACE};
+use testbed::DoubleOptions;
+
+fn var(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct Settings {
+    keys: usize,
+    tick: Duration,
+}
+
+/// One measured change.
+struct Sample {
+    wall: Duration,
+    moves: usize,
+    minimum: usize,
+    bound: usize,
+}
+
+/// `shards` provisioned shards of one pod over 1024 slots (1.1), then `added` more whose Components exist.
+fn bed(s: &Settings, shards: usize, added: usize) -> Change {
+    let opts = DoubleOptions { max_slot_num: 1024, tick: s.tick, ..DoubleOptions::default() };
+    let mut c = Change::with(ClusterFixture::new(shards, 1), opts);
+    let first: Vec<usize> = (0..shards).collect();
+    run_to_completion("post-provision", &c.env_1_1(0, &first));
+    for _ in 0..added {
+        c.add_shard(1);
+    }
+    c
+}
+
+/// The most slots one group sends or receives between two slot tables.
+fn busiest(before: &[u32], after: &[u32]) -> usize {
+    let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+    for (b, a) in before.iter().zip(after) {
+        if *b != 0 && b != a {
+            *per.entry(*b).or_default() += 1;
+            *per.entry(*a).or_default() += 1;
+        }
+    }
+    per.values().copied().max().unwrap_or(0)
+}
+
+/// Times `change` on `c` with the writer going; checks the outcome (balanced over `stay`, every key readable).
+fn measure(s: &Settings, c: &Change, stay: &[usize], change: impl FnOnce()) -> Sample {
+    let before = c.bed.owners();
+    let (ledger, writer) = c.start_writing(s.keys);
+    c.count_moves();
+    let started = Instant::now();
+    change();
+    while !c.bed.codis.snapshot().with_action().is_empty() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let wall = started.elapsed();
+    let moves = c.moves();
+    let gids = c.gids(stay);
+    c.bed.assert_balanced(&gids);
+    c.check_no_key_lost(ledger, writer);
+    let after = c.bed.owners();
+    Sample { wall, moves, minimum: minimum_moves(&before, &gids), bound: busiest(&before, &after) }
+}
+
+fn add_env(c: &Change, index: usize, listed: &[usize]) -> Env {
+    let mut env = c.env_1_1(index, listed);
+    env.insert("KB_ADD_SHARD_NAME".into(), c.bed.cluster.shards[index].full.clone());
+    env
+}
+
+/// The product: the shardAdds of `from`→`to` started at once.
+fn add_at_once(s: &Settings, from: usize, to: usize) -> Sample {
+    let c = bed(s, from, to - from);
+    let all: Vec<usize> = (0..to).collect();
+    let actions: Vec<(&str, Env)> = (from..to).map(|i| ("shard-add", add_env(&c, i, &all))).collect();
+    measure(s, &c, &all, || {
+        concurrently(&actions, Duration::ZERO, Duration::from_millis(5));
+    })
+}
+
+/// Codis's own procedure: register every new group (no slot moves), then one `slots/rebalance`.
+fn register_then_rebalance(s: &Settings, from: usize, to: usize) -> Sample {
+    let c = bed(s, from, to - from);
+    let all: Vec<usize> = (0..to).collect();
+    measure(s, &c, &all, || {
+        for i in from..to {
+            let out = run_args(&["post-provision", "--own-shard"], &c.env_1_1(i, &all));
+            assert_eq!(out.status.code(), Some(0), "{}", support::describe(&out));
+        }
+        let reply = c.bed.codis.call("PUT", "/api/topom/slots/rebalance/{xauth}/1");
+        assert_eq!(reply.status, 200, "rebalance: {}", reply.body);
+    })
+}
+
+fn remove_env(c: &Change, index: usize, listed: &[usize], api: &ClusterApi) -> Env {
+    let mut env = c.env_1_1(index, listed);
+    env.insert("KB_REMOVE_SHARD_NAME".into(), c.bed.cluster.shards[index].full.clone());
+    env.insert("KUBE_API_URL".into(), api.url());
+    env
+}
+
+/// The product: the shardRemoves of `from`→`to` one after another, the Cluster saying `to` shards.
+fn remove_in_turn(s: &Settings, from: usize, to: usize) -> Sample {
+    let c = bed(s, from, 0);
+    let all: Vec<usize> = (0..from).collect();
+    let api = ClusterApi::start(NAMESPACE, &c.bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), to as u32)]));
+    let actions: Vec<(&str, Env)> = (to..from).rev().map(|i| ("shard-remove", remove_env(&c, i, &all, &api))).collect();
+    measure(s, &c, &(0..to).collect::<Vec<_>>(), || {
+        one_after_another(&actions);
+    })
+}
+
+/// The busiest leaving group of `from`→`to` drained alone: one shardRemove, `from`→`from − 1`.
+fn drain_one(s: &Settings, from: usize) -> Sample {
+    let c = bed(s, from, 0);
+    let all: Vec<usize> = (0..from).collect();
+    let api =
+        ClusterApi::start(NAMESPACE, &c.bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), from as u32 - 1)]));
+    let action = [("shard-remove", remove_env(&c, from - 1, &all, &api))];
+    measure(s, &c, &all[..from - 1], || {
+        one_after_another(&action);
+    })
+}
+
+fn row(name: &str, samples: &[Sample]) -> Duration {
+    let mut walls: Vec<Duration> = samples.iter().map(|s| s.wall).collect();
+    walls.sort_unstable();
+    let median = walls[walls.len() / 2];
+    let s = &samples[0];
+    let all_min = samples.iter().all(|x| x.moves == x.minimum);
+    println!(
+        "{name:<52} {:>8.2}s {:>6} {:>7} {:>6} {}",
+        median.as_secs_f64(),
+        s.moves,
+        s.minimum,
+        s.bound,
+        if all_min { "= minimum" } else { "ABOVE the minimum" }
+    );
+    median
+}
+
+fn main() {
+    let s = Settings {
+        keys: usize::try_from(var("SCALE_BENCH_KEYS", 10_000)).unwrap_or(10_000),
+        tick: Duration::from_millis(var("SCALE_BENCH_TICK_MS", 10)),
+    };
+    let runs = usize::try_from(var("SCALE_BENCH_RUNS", 1).max(1)).unwrap_or(1);
+    let times = |f: &dyn Fn() -> Sample| -> Vec<Sample> { (0..runs).map(|_| f()).collect() };
+    println!(
+        "changes of shard count over 1024 slots, {} keys preloaded + a writer, double tick {:?}, {runs} run(s)",
+        s.keys, s.tick
+    );
+    println!("{:<52} {:>9} {:>6} {:>7} {:>6}", "change", "median", "moves", "minimum", "bound");
+
+    let product = row("4→8 four shard-adds at once", &times(&|| add_at_once(&s, 4, 8)));
+    let codis = row("4→8 register four + slots/rebalance (Codis)", &times(&|| register_then_rebalance(&s, 4, 8)));
+    let product_3 = row("3→4 one shard-add", &times(&|| add_at_once(&s, 3, 4)));
+    let codis_3 = row("3→4 register + slots/rebalance (Codis)", &times(&|| register_then_rebalance(&s, 3, 4)));
+    let drain = row("8→4 four shard-removes in turn", &times(&|| remove_in_turn(&s, 8, 4)));
+    let alone = row("8→7 the busiest leaving group drained alone", &times(&|| drain_one(&s, 8)));
+    row("8→16 eight shard-adds at once", &[add_at_once(&s, 8, 16)]);
+    row("16→8 eight shard-removes in turn", &[remove_in_turn(&s, 16, 8)]);
+    println!();
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!("4→8: {:.2}× Codis's register-then-rebalance (target ≤ 0.60×)", ratio(product, codis));
+    println!("3→4: {:.2}× Codis's register-then-rebalance (target ≤ 1.00×)", ratio(product_3, codis_3));
+    println!("8→4: {:.2}× draining the busiest leaving group alone (target ≤ 1.00×)", ratio(drain, alone));
+}

@@ -1,0 +1,137 @@
+//! Crash at every step of a change of several shards at once: 2→4 by two shardAdds and 4→2 by two shardRemoves
+//! (1.1, called one after another as a reconcile does). The binary is built with `--features failpoints`; for each
+//! action of the change and each n = 1, 2, ... the change is replayed on a fresh bed with that action aborted before
+//! its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`), the dead run's lock expired, and the change carried on
+//! (the crashed action rerun to its end, then the rest, then every action once more as later reconciles would).
+//! Every replay must end where a crash-free change does — balanced ±1 over the shards that stay, no slot action
+//! left, the removed groups gone — with the slot moves of the whole change, counted from every state change of the
+//! double, equal to the one-step minimum: a crash never makes a slot move twice.
+
+#[path = "support/attack.rs"]
+mod attack;
+#[path = "support/change.rs"]
+mod change;
+#[path = "support/cluster_api.rs"]
+mod cluster_api;
+#[path = "support/summary.rs"]
+mod summary;
+mod support;
+
+use change::{Change, Env};
+use cluster_api::{ClusterAnswer, ClusterApi};
+use support::{describe, minimum_moves, run, run_to_completion, NAMESPACE};
+
+/// Few slots keep each replay short; the moves still go many to many.
+const SLOTS: usize = 64;
+
+/// One replay's bed and the change's actions, in the order KubeBlocks calls them.
+struct Case {
+    change: Change,
+    actions: Vec<(&'static str, Env)>,
+    /// Shards that stay, and the shards removed.
+    stay: Vec<usize>,
+    gone: Vec<usize>,
+    /// Kept alive for the removals' reads of the Cluster.
+    _api: Option<ClusterApi>,
+}
+
+/// 2 shards provisioned, 2 more whose Components exist: their shardAdds.
+fn two_to_four() -> Case {
+    let mut change = Change::new(2, 1, SLOTS);
+    run_to_completion("post-provision", &change.env_1_1(0, &[0, 1]));
+    change.add_shard(1);
+    change.add_shard(1);
+    let all = [0, 1, 2, 3];
+    let actions = [2, 3]
+        .iter()
+        .map(|&i| {
+            let mut env = change.env_1_1(i, &all);
+            env.insert("KB_ADD_SHARD_NAME".into(), change.bed.cluster.shards[i].full.clone());
+            ("shard-add", env)
+        })
+        .collect();
+    Case { change, actions, stay: all.to_vec(), gone: Vec::new(), _api: None }
+}
+
+/// 4 shards provisioned, the Cluster scaled to 2: the shardRemoves of the last two names.
+fn four_to_two() -> Case {
+    let change = Change::new(4, 1, SLOTS);
+    let all = [0, 1, 2, 3];
+    run_to_completion("post-provision", &change.env_1_1(0, &all));
+    let api = ClusterApi::start(NAMESPACE, &change.bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), 2)]));
+    let actions = [2, 3]
+        .iter()
+        .map(|&i| {
+            let mut env = change.env_1_1(i, &all);
+            env.insert("KB_REMOVE_SHARD_NAME".into(), change.bed.cluster.shards[i].full.clone());
+            env.insert("KUBE_API_URL".into(), api.url());
+            ("shard-remove", env)
+        })
+        .collect();
+    Case { change, actions, stay: vec![0, 1], gone: vec![2, 3], _api: Some(api) }
+}
+
+/// Replays the change with action `k` aborted before its mutation `n`; `None` when that run made fewer than `n`
+/// mutations (every crash point of action `k` has been tried).
+fn replay(build: &dyn Fn() -> Case, k: usize, n: usize, points: &mut summary::Category) -> Option<()> {
+    let c = build();
+    let before = c.change.bed.owners();
+    c.change.count_moves();
+    for (action, env) in &c.actions[..k] {
+        run_to_completion(action, env);
+    }
+    let (action, env) = &c.actions[k];
+    let mut crashing = env.clone();
+    crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+    let out = run(action, &crashing);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let crashed = stderr.contains(&format!("crash point {n}"));
+    if !crashed {
+        eprintln!("{action} {k} ran to its end at crash point {n}: {}", describe(&out));
+        assert!(matches!(out.status.code(), Some(0 | 75)), "{action} {k} without a crash: {}", describe(&out));
+    }
+    points.trial(format!("{action} {k} crash point {n}"), || {
+        if let Some(line) = stderr.lines().find(|l| l.contains("crash point")) {
+            println!("{action} {k}: {line}");
+        }
+        attack::expire_locks(&c.change.bed);
+        for (action, env) in &c.actions[k..] {
+            run_to_completion(action, env);
+        }
+        // Later reconciles: a rerun of every action finds its work done or waits for what Codis still migrates.
+        for (action, env) in &c.actions {
+            run_to_completion(action, env);
+        }
+        let gids = c.change.gids(&c.stay);
+        let minimum = minimum_moves(&before, &gids);
+        let moves = c.change.moves();
+        assert_eq!(moves, minimum, "{action} {k} crash point {n}: slot moves over the whole change");
+        c.change.assert_done(&gids, &c.gone);
+    });
+    crashed.then_some(())
+}
+
+fn crash_everywhere(what: &str, build: &dyn Fn() -> Case) {
+    let mut points = summary::Category::new(format!("crash: {what}"));
+    let actions = build().actions.len();
+    for k in 0..actions {
+        let mut n = 1;
+        while replay(build, k, n, &mut points).is_some() {
+            n += 1;
+            assert!(n < 300, "{what}: action {k} never completed without crashing");
+        }
+        assert!(n > 3, "{what}: action {k} crashed at only {} point(s): are the fail point hooks wired?", n - 1);
+    }
+    println!("{what}: {} replays, every one converged with the fewest moves", points.trials());
+    points.finish();
+}
+
+#[test]
+fn two_shard_adds_converge_with_the_fewest_moves_after_a_crash_at_any_step() {
+    crash_everywhere("2→4 by shard-add", &two_to_four);
+}
+
+#[test]
+fn two_shard_removes_converge_with_the_fewest_moves_after_a_crash_at_any_step() {
+    crash_everywhere("4→2 by shard-remove", &four_to_two);
+}

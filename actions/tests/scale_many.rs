@@ -1,0 +1,186 @@
+//! Many shards in one change: 4→8 and 8→4 over 1024 slots on both KubeBlocks lines, the additions or removals
+//! started concurrently or one after another (as a 1.1 reconcile calls them), in shuffled order, with a writer going
+//! through a proxy the whole time. Every slot move is counted from the double's state changes (a slot that moves
+//! twice counts twice) and must add up to the one-step minimum over the final topology; the slots end balanced ±1
+//! over the groups that stay, no slot action is left, the removed groups are gone, and every acknowledged key reads
+//! back, through the proxy and from the owning group's master.
+
+#[path = "support/change.rs"]
+mod change;
+#[path = "support/cluster_api.rs"]
+mod cluster_api;
+mod support;
+
+use std::time::Duration;
+
+use change::{concurrently, one_after_another, recorded_leavers, shuffled, Change, Env, HeldLock};
+use cluster_api::{ClusterAnswer, ClusterApi};
+use support::{eventually, minimum_moves, run_to_completion, NAMESPACE};
+
+const SLOTS: usize = 1024;
+const PRELOAD: usize = 3000;
+
+/// 4 shards of 2 pods provisioned on `line`, and 4 more shards whose Components exist now.
+fn four_plus_four(line: &str) -> Change {
+    let t = std::time::Instant::now();
+    let mut c = Change::new(4, 2, SLOTS);
+    eprintln!("bed after {:.1?}", t.elapsed());
+    let first: Vec<usize> = (0..4).collect();
+    if line == "1.1" {
+        run_to_completion("post-provision", &c.env_1_1(0, &first));
+    } else {
+        for i in 0..4 {
+            run_to_completion("post-provision", &c.env_1_0(i, &first, &[]));
+        }
+    }
+    c.bed.assert_balanced(&c.gids(&first));
+    eprintln!("provisioned after {:.1?}", t.elapsed());
+    for _ in 0..4 {
+        c.add_shard(2);
+    }
+    eprintln!("shards added after {:.1?}", t.elapsed());
+    c
+}
+
+/// 8 shards of one pod provisioned on 1.0.
+fn eight() -> Change {
+    let c = Change::new(8, 1, SLOTS);
+    let all: Vec<usize> = (0..8).collect();
+    for i in 0..8 {
+        run_to_completion("post-provision", &c.env_1_0(i, &all, &[]));
+    }
+    c.bed.assert_balanced(&c.gids(&all));
+    c
+}
+
+/// Runs `change` (the actions of one scale) with a writer going and checks the outcome.
+fn scale(c: &Change, finals: &[usize], gone: &[usize], change: impl FnOnce()) {
+    let before = c.bed.owners();
+    let t = std::time::Instant::now();
+    let (ledger, writer) = c.start_writing(PRELOAD);
+    eprintln!("writing after {:.1?}", t.elapsed());
+    c.count_moves();
+    change();
+    eprintln!("change done after {:.1?}", t.elapsed());
+    let moves = c.moves();
+    let gids = c.gids(finals);
+    let minimum = minimum_moves(&before, &gids);
+    eprintln!("{} slot moves for a minimum of {minimum}", moves);
+    assert_eq!(moves, minimum, "slot moves over the whole change");
+    c.assert_done(&gids, gone);
+    c.check_no_key_lost(ledger, writer);
+}
+
+fn add_env(c: &Change, index: usize) -> Env {
+    let mut env = c.env_1_1(index, &(0..8).collect::<Vec<_>>());
+    env.insert("KB_ADD_SHARD_NAME".into(), c.bed.cluster.shards[index].full.clone());
+    env
+}
+
+fn remove_env(c: &Change, index: usize) -> Env {
+    let mut env = c.env_1_1(index, &(0..8).collect::<Vec<_>>());
+    env.insert("KB_REMOVE_SHARD_NAME".into(), c.bed.cluster.shards[index].full.clone());
+    env
+}
+
+#[test]
+fn four_to_eight_on_1_1_started_at_once_in_shuffled_order_moves_the_minimum() {
+    let c = four_plus_four("1.1");
+    let order = shuffled(&[4, 5, 6, 7], "shard-adds at once");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("shard-add", add_env(&c, i))).collect();
+    scale(&c, &(0..8).collect::<Vec<_>>(), &[], || {
+        let outs = concurrently(&actions, Duration::from_millis(40), Duration::from_millis(20));
+        if std::env::var("SCALE_DEBUG").is_ok() {
+            for o in outs.iter().flatten() {
+                eprintln!("---- {}", support::describe(o));
+            }
+        }
+    });
+}
+
+#[test]
+fn four_to_eight_on_1_1_called_one_after_another_as_a_reconcile_does_moves_the_minimum() {
+    let c = four_plus_four("1.1");
+    let order = shuffled(&[4, 5, 6, 7], "shard-adds in turn");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("shard-add", add_env(&c, i))).collect();
+    scale(&c, &(0..8).collect::<Vec<_>>(), &[], || {
+        let reconciles = one_after_another(&actions);
+        // Each call before the last hands its migrations to Codis and returns, so the next shard registers at once;
+        // the second reconcile finds them done or waits for the rest.
+        assert!(reconciles <= 3, "{reconciles} reconciles");
+    });
+}
+
+#[test]
+fn four_to_eight_on_1_0_component_post_provisions_at_once_in_shuffled_order_move_the_minimum() {
+    let c = four_plus_four("1.0");
+    let all: Vec<usize> = (0..8).collect();
+    let order = shuffled(&[4, 5, 6, 7], "post-provisions at once");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("post-provision", c.env_1_0(i, &all, &[]))).collect();
+    scale(&c, &all, &[], || {
+        concurrently(&actions, Duration::from_millis(40), Duration::from_millis(200));
+    });
+}
+
+#[test]
+fn eight_to_four_on_1_0_pre_terminates_at_once_in_shuffled_order_move_the_minimum() {
+    let c = eight();
+    let all: Vec<usize> = (0..8).collect();
+    let leaving = [4, 5, 6, 7];
+    let order = shuffled(&leaving, "pre-terminates at once");
+    let actions: Vec<(&str, Env)> = order
+        .iter()
+        .map(|&i| {
+            let mut env = c.env_1_0(i, &all, &leaving);
+            env.insert("KB_CLUSTER_COMPONENT_IS_SCALING_IN".into(), "true".into());
+            ("pre-terminate", env)
+        })
+        .collect();
+    scale(&c, &[0, 1, 2, 3], &leaving, || {
+        concurrently(&actions, Duration::from_millis(40), Duration::from_millis(200));
+    });
+}
+
+#[test]
+fn eight_to_four_on_1_1_called_one_after_another_with_the_clusters_shard_count_moves_the_minimum() {
+    let c = eight();
+    let api = ClusterApi::start(NAMESPACE, &c.bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), 4)]));
+    // KubeBlocks removes the last names: shards 4..8 (their ids sort after those of 0..4).
+    let order = shuffled(&[4, 5, 6, 7], "shard-removes in turn");
+    let actions: Vec<(&str, Env)> = order
+        .iter()
+        .map(|&i| {
+            let mut env = remove_env(&c, i);
+            env.insert("KUBE_API_URL".into(), api.url());
+            ("shard-remove", env)
+        })
+        .collect();
+    scale(&c, &[0, 1, 2, 3], &[4, 5, 6, 7], || {
+        one_after_another(&actions);
+    });
+    assert!(api.requests().iter().any(|r| r.contains("/clusters/")), "the Cluster was read");
+}
+
+#[test]
+fn eight_to_four_on_1_1_started_at_once_without_an_api_drains_onto_the_shards_that_stay() {
+    let c = eight();
+    let order = shuffled(&[4, 5, 6, 7], "shard-removes at once");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("shard-remove", remove_env(&c, i))).collect();
+    scale(&c, &[0, 1, 2, 3], &[4, 5, 6, 7], || {
+        // Another action holds the topology lock while the four start: each records its shard as leaving before it
+        // waits for the lock, so whichever plans first already knows all four.
+        let lock = HeldLock::take(&c.bed);
+        std::thread::scope(|scope| {
+            let runs = scope.spawn(|| concurrently(&actions, Duration::from_millis(20), Duration::from_millis(20)));
+            assert!(
+                eventually(Duration::from_secs(20), || recorded_leavers(&c.bed).len() == 4),
+                "recorded as leaving: {:?}",
+                recorded_leavers(&c.bed)
+            );
+            assert!(c.bed.codis.snapshot().with_action().is_empty(), "a drain planned under another's lock");
+            drop(lock);
+            runs.join().expect("shard-removes");
+        });
+    });
+    assert!(recorded_leavers(&c.bed).is_empty(), "leaving records left: {:?}", recorded_leavers(&c.bed));
+}

@@ -1,0 +1,263 @@
+//! What the tests of many shards in one change share: a fixture cluster with a proxy online in Codis (its data port
+//! is where a `Workload` writes), the slot moves counted from every state change of the double (a slot that moved
+//! twice counts twice), and the ways KubeBlocks calls one change's actions: concurrently, or one after another as a
+//! 1.1 reconcile does, each shuffled.
+//!
+//! Declared with `#[path = "support/change.rs"] mod change;` next to `mod support;`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::Output;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use testbed::{DoubleOptions, Ledger, ProxyDouble, ProxyOptions, Workload, WorkloadOptions};
+
+use crate::support::{describe, run, Bed, ClusterFixture, NAMESPACE};
+
+pub type Env = BTreeMap<String, String>;
+
+/// The proxy's admin address as Codis registers it.
+const PROXY: &str = "codis-proxy-0.codis-proxy-headless.ns-tb.svc.cluster.local:11080";
+
+/// A cluster of `shards` shards over `slots` slots, a proxy online in Codis and following the pods.
+pub struct Change {
+    pub bed: Bed,
+    pub proxy: ProxyDouble,
+}
+
+impl Change {
+    pub fn new(shards: usize, pods: usize, slots: usize) -> Self {
+        Self::with(ClusterFixture::new(shards, pods), DoubleOptions { max_slot_num: slots, ..DoubleOptions::default() })
+    }
+
+    pub fn with(cluster: ClusterFixture, opts: DoubleOptions) -> Self {
+        let slots = opts.max_slot_num;
+        let bed = Bed::with(cluster, opts);
+        let proxy = ProxyDouble::start_with(ProxyOptions {
+            admin_addr: Some(PROXY.into()),
+            overrides: bed.cluster.overrides(),
+            max_slot_num: slots,
+            ..ProxyOptions::new(bed.codis.product())
+        });
+        bed.codis.set_override(PROXY, &proxy.addr());
+        let reply = bed.codis.call("PUT", &format!("/api/topom/proxy/online/{{xauth}}/{PROXY}"));
+        assert!(reply.is_ok(), "proxy online: {reply:?}");
+        Self { bed, proxy }
+    }
+
+    /// Adds a shard of `pods` pods; Codis and the proxy learn where its pods are.
+    pub fn add_shard(&mut self, pods: usize) -> usize {
+        let index = self.bed.add_shard(pods);
+        for (server, real) in self.bed.cluster.overrides() {
+            self.proxy.set_override(&server, &real);
+        }
+        index
+    }
+
+    pub fn gids(&self, shards: &[usize]) -> Vec<u32> {
+        shards.iter().map(|&i| self.bed.gid(i).unwrap_or_else(|| panic!("shard {i} has no group"))).collect()
+    }
+
+    /// The 1.1 environment of shard `index` with `listed` shards in `ALL_SHARDS_POD_FQDNS`.
+    pub fn env_1_1(&self, index: usize, listed: &[usize]) -> Env {
+        let mut env = self.bed.env(index);
+        env.insert("ALL_SHARDS_POD_FQDNS".into(), self.bed.cluster.all_shards_of(listed));
+        env
+    }
+
+    /// The 1.0 environment of shard `index`: `listed` shards exist (the var and the legacy lists name them),
+    /// `deleting` of them are being deleted.
+    pub fn env_1_0(&self, index: usize, listed: &[usize], deleting: &[usize]) -> Env {
+        let mut env = self.env_1_1(index, listed);
+        env.remove("KUBEBLOCKS_LINE");
+        let short = |i: &usize| self.bed.cluster.shards[*i].short.clone();
+        let mut all = vec!["etcd".to_owned(), "codis-dashboard".to_owned()];
+        all.extend(listed.iter().map(short));
+        all.extend(["codis-proxy".to_owned(), "codis-fe".to_owned()]);
+        let deleting: Vec<String> = deleting.iter().map(short).collect();
+        let undeleted: Vec<String> = all.iter().filter(|c| !deleting.contains(c)).cloned().collect();
+        env.insert("KB_CLUSTER_COMPONENT_LIST".into(), all.join(","));
+        env.insert("KB_CLUSTER_COMPONENT_DELETING_LIST".into(), deleting.join(","));
+        env.insert("KB_CLUSTER_COMPONENT_UNDELETED_LIST".into(), undeleted.join(","));
+        env
+    }
+
+    /// Starts counting slot moves: every change of a slot's owner from now on.
+    pub fn count_moves(&self) {
+        self.bed.codis.start_trace(|snap| serde_json::json!(snap.slots.iter().map(|s| s.group_id).collect::<Vec<_>>()));
+    }
+
+    /// Slot moves since [`Change::count_moves`]: every time a slot owned by a group changed owner.
+    pub fn moves(&self) -> usize {
+        let trace = self.bed.codis.take_trace();
+        let owners: Vec<Vec<u64>> = trace
+            .into_iter()
+            .map(|(_, v)| v.as_array().expect("owners").iter().map(|g| g.as_u64().expect("gid")).collect())
+            .collect();
+        owners
+            .windows(2)
+            .map(|w| w[0].iter().zip(&w[1]).filter(|(before, after)| **before != 0 && before != after).count())
+            .sum()
+    }
+
+    /// Keys written through the proxy before the change, and a writer running through it during the change.
+    pub fn start_writing(&self, preload: usize) -> (Ledger, Workload) {
+        let ledger = Ledger::preload(&self.proxy.data_addr(), "pre", preload).expect("preload through the proxy");
+        let writer = Workload::start(WorkloadOptions::through(&[self.proxy.data_addr()]));
+        assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "the writer does not get through the proxy");
+        (ledger, writer)
+    }
+
+    /// Stops the writer and reads every acknowledged key back, through the proxy and from the groups' masters.
+    pub fn check_no_key_lost(&self, mut ledger: Ledger, writer: Workload) {
+        let written = writer.stop();
+        assert!(written.acked.len() > 50, "the writer got {} writes through", written.acked.len());
+        ledger.merge(written);
+        let through = ledger.verify_through(&self.proxy.data_addr());
+        assert!(through.is_clean(), "through the proxy: {}", through.summary());
+        let backends = ledger.verify_on_backends(&self.bed.codis);
+        assert!(backends.is_clean(), "on the backends: {}", backends.summary());
+    }
+
+    /// Every slot in `gids`, balanced, nothing migrating, the groups of `gone` removed with their servers.
+    pub fn assert_done(&self, gids: &[u32], gone: &[usize]) {
+        self.bed.assert_balanced(gids);
+        let snap = self.bed.codis.snapshot();
+        assert!(snap.with_action().is_empty(), "slot actions left");
+        for &i in gone {
+            let shard = &self.bed.cluster.shards[i];
+            for pod in &shard.pods {
+                assert!(snap.server(&pod.server()).is_none(), "{} is still registered", pod.name);
+            }
+        }
+        let expected: usize = gids.len();
+        assert_eq!(
+            snap.groups.len(),
+            expected,
+            "groups left: {:?}",
+            snap.groups.iter().map(|g| g.id).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// A shuffled copy of `items`, from a seed printed so that a failing order can be replayed (`SCALE_ORDER_SEED`).
+pub fn shuffled<T: Clone + std::fmt::Debug>(items: &[T], what: &str) -> Vec<T> {
+    let seed = std::env::var("SCALE_ORDER_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::from(d.subsec_nanos())).unwrap_or(7)
+    });
+    let mut state = seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut out = items.to_vec();
+    for i in (1..out.len()).rev() {
+        let j = usize::try_from(next() % (i as u64 + 1)).expect("index");
+        out.swap(i, j);
+    }
+    eprintln!("{what}: order {out:?} (SCALE_ORDER_SEED={seed})");
+    out
+}
+
+/// Runs `action` until it exits 0, pausing `pause` after each exit 75 (KubeBlocks requeues it), at most `runs`
+/// times; panics on any other exit.
+pub fn until_done(action: &str, env: &Env, pause: Duration, runs: usize) -> Vec<Output> {
+    let mut outputs = Vec::new();
+    for _ in 0..runs {
+        let out = run(action, env);
+        let code = out.status.code();
+        outputs.push(out);
+        match code {
+            Some(0) => return outputs,
+            Some(75) => std::thread::sleep(pause),
+            _ => panic!("{action}: {}", describe(outputs.last().expect("a run"))),
+        }
+    }
+    panic!("{action} did not finish in {runs} runs: {}", describe(outputs.last().expect("a run")));
+}
+
+/// Starts every action at once, each in its own thread (spawned in the order given, `stagger` apart), each rerun
+/// on 75 until it exits 0.
+pub fn concurrently(actions: &[(&str, Env)], stagger: Duration, pause: Duration) -> Vec<Vec<Output>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = actions
+            .iter()
+            .map(|(action, env)| {
+                let handle = scope.spawn(move || until_done(action, env, pause, 40));
+                std::thread::sleep(stagger);
+                handle
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("action thread")).collect()
+    })
+}
+
+/// What a KubeBlocks 1.1 reconcile does with one change's shardAdds or shardRemoves: calls them one after another,
+/// each to its end, in the order given; the ones that failed (exit 75) are called again in the next reconcile, after
+/// the controller's backoff (5 ms doubling). Returns how many reconciles it took.
+pub fn one_after_another(actions: &[(&str, Env)]) -> usize {
+    let mut pending: Vec<&(&str, Env)> = actions.iter().collect();
+    let mut backoff = Duration::from_millis(5);
+    let started = Instant::now();
+    for pass in 1..=40 {
+        let mut failed = Vec::new();
+        for a in pending {
+            let out = run(a.0, &a.1);
+            match out.status.code() {
+                Some(0) => {}
+                Some(75) => failed.push(a),
+                _ => panic!("{} (reconcile {pass}): {}", a.0, describe(&out)),
+            }
+        }
+        if failed.is_empty() {
+            eprintln!("done in {pass} reconcile(s), {:.1?}", started.elapsed());
+            return pass;
+        }
+        pending = failed;
+        std::thread::sleep(backoff);
+        backoff *= 2;
+    }
+    panic!("the change did not finish in 40 reconciles");
+}
+
+/// Holds the cluster's topology lock in etcd, as another action would, until dropped.
+pub struct HeldLock {
+    runtime: tokio::runtime::Runtime,
+    guard: Option<pika_action::etcd::LockGuard>,
+}
+
+impl HeldLock {
+    pub fn take(bed: &Bed) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let guard = runtime.block_on(async {
+            let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+                .await
+                .expect("etcd");
+            let key = format!("{}/locks/topology", pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
+            etcd.lock(&key, Duration::from_secs(15), Duration::from_secs(5), "the test").await.expect("lock")
+        });
+        Self { runtime, guard: Some(guard) }
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if let Some(mut guard) = self.guard.take() {
+            let _ = self.runtime.block_on(guard.release());
+        }
+    }
+}
+
+/// The shards recorded as leaving in etcd.
+pub fn recorded_leavers(bed: &Bed) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .expect("etcd");
+        let dir = format!("{}/leaving/", pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
+        etcd.list(&dir).await.expect("list").into_iter().map(|(_, e)| e.value).collect()
+    })
+}
