@@ -109,7 +109,8 @@ pub async fn run(ctx: &Context) -> Result<String> {
         group.servers.iter().map(|gs| gs.server.clone()).filter(|srv| !srv.eq_ignore_ascii_case(&server)).collect();
     let infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
     let (mh, mp) = s.dial(&server)?;
-    let (_, members) = transfer::member_facts(group, &server, (&mh, mp), &infos);
+    let held_data = transfer::group_held_data(&s, gid).await;
+    let (_, members) = transfer::member_facts_with(group, &server, (&mh, mp), &infos, held_data);
     let live: Vec<&str> = members.iter().filter(|m| m.unfit_reason().is_none()).map(|m| m.pod.as_str()).collect();
     let unfit: Vec<String> =
         members.iter().filter_map(|m| m.unfit_reason().map(|r| format!("{}: {r}", m.pod))).collect();

@@ -159,8 +159,8 @@ pub async fn survey_within(
 /// A replica's lag is the master's offset minus its own. When the master cannot be asked (a member-leave of a dead
 /// pod, a failover, a master restarting), no replica's link can be up, so the link is not required and the lag is
 /// measured from the most advanced replica instead: the one with the most data is the one to promote. A replica
-/// with no replication offset then counts as not eligible: it never finished a sync, so it may hold nothing, and
-/// promoting it would make every other member resync from an empty master.
+/// that may hold nothing then counts as not eligible (see [`member_facts_with`]): promoting it would make every
+/// other member resync from an empty master. Without knowing better, the group is taken to have held data.
 ///
 /// The fork's health `state` vetoes only `2` (offline): `1` (one missed check) is the fork's own stale guess, which
 /// the fresh `INFO` asked here supersedes, and under this product's dormant fork settings it is not re-checked for
@@ -172,6 +172,20 @@ pub fn member_facts(
     master_dial: (&str, u16),
     infos: &BTreeMap<String, Result<Replication, String>>,
 ) -> (MemberFacts, Vec<MemberFacts>) {
+    member_facts_with(group, from, master_dial, infos, true)
+}
+
+/// [`member_facts`], knowing whether the group ever held data (`held_data`, [`crate::failover`]'s mark): with the
+/// master gone, a replica at offset 0 is unfit only when the group held data, since then it cannot have it; a
+/// replica whose link never came up since it started is unfit either way.
+#[must_use]
+pub fn member_facts_with(
+    group: &Group,
+    from: &str,
+    master_dial: (&str, u16),
+    infos: &BTreeMap<String, Result<Replication, String>>,
+    held_data: bool,
+) -> (MemberFacts, Vec<MemberFacts>) {
     let master_info = infos.get(from).and_then(|r| r.as_ref().ok());
     let master_down = master_info.is_none();
     let others: Vec<&str> =
@@ -181,7 +195,8 @@ pub fn member_facts(
     let facts = |srv: &str| {
         let info = infos.get(srv).and_then(|r| r.as_ref().ok());
         let state_ok = group.server(srv).is_none_or(|gs| gs.state.unwrap_or(0) != 2);
-        let never_synced = master_down && info.is_some_and(|i| i.offset.unwrap_or(0) == 0);
+        let never_synced =
+            master_down && info.is_some_and(|i| i.never_linked || (held_data && i.offset.unwrap_or(0) == 0));
         MemberFacts {
             pod: pod_name(srv).to_owned(),
             ordinal: ordinal(srv).unwrap_or(0),
@@ -348,7 +363,8 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
             survey(s, &servers).await
         };
         let (mh, mp) = s.dial(&master)?;
-        let (current, members) = member_facts(group, &master, (&mh, mp), &infos);
+        let held_data = if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
+        let (current, members) = member_facts_with(group, &master, (&mh, mp), &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
         let fenced = fence.as_ref().map(|e| pod_name(&e.value).to_owned());
@@ -411,6 +427,12 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         promoted = true;
         basis = Some(why);
     }
+}
+
+/// Whether group `gid` ever held data, from [`crate::failover`]'s mark; `true` when etcd cannot say.
+pub async fn group_held_data(s: &Session<'_>, gid: u32) -> bool {
+    let Ok(etcd) = s.etcd() else { return true };
+    !matches!(etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await, Ok(None))
 }
 
 /// The choice: the candidate when given (refused with exit 2 naming its variable when unfit); else the fenced
@@ -815,6 +837,29 @@ mod tests {
         assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(5), Some(0)]);
         let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
         assert_eq!(choice.pod, "c1-pika-x7k-2");
+    }
+
+    #[test]
+    fn with_the_master_gone_a_replica_that_may_hold_nothing_is_not_promoted() {
+        let g = group(3);
+        let replica = |offset: u64, down_since: &str| {
+            Ok(parse_replication(&format!(
+                "role:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:7000\r\nmaster_link_status:down\r\n\
+                 slave_repl_offset:{offset}\r\nmaster_link_down_since_seconds:{down_since}\r\n"
+            )))
+        };
+        let infos = BTreeMap::from([
+            (server(0), Err("connection refused".to_owned())),
+            (server(1), replica(0, "4")),
+            (server(2), replica(1, "-1")),
+        ]);
+        // Never linked since it started (a restart on an empty volume): unfit whatever its offset says.
+        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, false);
+        assert_eq!(members[1].unfit_reason(), Some("not eligible for master election"));
+        // Offset 0 is fine for a group that never held data, and unfit for one that did.
+        assert_eq!(members[0].unfit_reason(), None);
+        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, true);
+        assert_eq!(members[0].unfit_reason(), Some("not eligible for master election"));
     }
 
     #[test]

@@ -196,7 +196,9 @@ async fn serve(ctx: &Arc<Context>, common: &Common, settings: &Settings, mut sto
     // Jobs still holding the lease are aborted by now; if one has not let go yet, dropping it revokes in the
     // background, and otherwise the lease simply expires.
     if let Ok(mut guard) = Arc::try_unwrap(leader) {
-        release(&mut guard).await;
+        if let Err(e) = guard.release().await {
+            tracing::info!(error = %e, "could not release the election lease; it expires by itself");
+        }
     }
     tracing::info!("no longer leading");
     result
