@@ -509,6 +509,11 @@ pub struct Pulse {
 impl Pulse {
     /// Writes `<prefix>:<n>` through `addr` every `pace`, each with a 300 ms timeout.
     pub fn start(addr: &str, prefix: &str, pace: Duration) -> Self {
+        Self::start_keys(addr, prefix, pace, |_| true)
+    }
+
+    /// Like [`Pulse::start`], skipping the keys `wanted` refuses (to write only to some slots).
+    pub fn start_keys(addr: &str, prefix: &str, pace: Duration, wanted: fn(&str) -> bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let beats = Arc::new(Mutex::new(Vec::new()));
         let (s, b, addr, prefix) = (Arc::clone(&stop), Arc::clone(&beats), addr.to_owned(), prefix.to_owned());
@@ -518,6 +523,9 @@ impl Pulse {
             while !s.load(Ordering::SeqCst) {
                 let key = format!("{prefix}:{n}");
                 n += 1;
+                if !wanted(&key) {
+                    continue;
+                }
                 let sent = Instant::now();
                 let ok = set(&mut conn, &addr, &key);
                 b.lock().unwrap().push(Beat { key, sent, acked: ok.then(Instant::now) });
