@@ -307,7 +307,16 @@ fn the_writer_really_writes_through_codis_masters() {
     // The steady writer's own check: with no action running, every write is acknowledged and found.
     let bed = bed_with_master(2, 0);
     let writer = Writer::start(&bed, 0, "idle");
-    std::thread::sleep(Duration::from_millis(400));
+    // Progress, not time: wait until the master holds more than ten of the writer's keys (a loaded machine may take
+    // long; the deadline only catches a writer that never writes).
+    let master = bed.cluster.shards[0].pod(0).redis.addr();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while resp(&master, None, &["DBSIZE"]).ok().and_then(|n| n.trim_start_matches(':').parse::<u64>().ok()).unwrap_or(0)
+        <= 10
+    {
+        assert!(std::time::Instant::now() < deadline, "the writer wrote nothing in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (acked, lost) = writes_kept(&bed, 0, "idle", writer);
     assert!(acked > 10, "only {acked} writes acknowledged");
     assert!(lost.is_empty(), "{lost:?}");

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod codis;
 pub mod forwarder;
 mod httpd;
+pub mod kubeblocks;
 pub mod process;
 pub mod proxy;
 pub mod transcript;
