@@ -24,6 +24,8 @@ struct Shared {
     partitioned: AtomicBool,
     stopped: AtomicBool,
     accepted: AtomicUsize,
+    /// Accepted connections whose thread has not ended yet.
+    live: AtomicUsize,
     open: Mutex<Vec<TcpStream>>,
 }
 
@@ -104,6 +106,12 @@ impl Forwarder {
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
     }
+
+    /// Accepted connections still being served (held by a partition, or pumping).
+    #[must_use]
+    pub fn live(&self) -> usize {
+        self.shared.live.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Forwarder {
@@ -124,23 +132,49 @@ fn accept_loop(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>)
         let Ok(client) = incoming else { continue };
         shared.accepted.fetch_add(1, Ordering::SeqCst);
         let shared = Arc::clone(shared);
-        let _ = thread::Builder::new().name("forward-conn".into()).spawn(move || connect_through(client, target, &shared));
+        shared.live.fetch_add(1, Ordering::SeqCst);
+        let spawned = thread::Builder::new().name("forward-conn".into()).spawn({
+            let shared = Arc::clone(&shared);
+            move || {
+                connect_through(client, target, &shared);
+                shared.live.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        if spawned.is_err() {
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
 /// Waits out a partition (the client sees a connection that never answers), then connects to the target and pumps.
-fn connect_through(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
+/// A client that gives up while held (every probe and reconnect does, after its timeout) ends its thread at once:
+/// otherwise a long partition piles up one thread per attempt.
+fn connect_through(mut client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
+    let _ = client.set_read_timeout(Some(POLL));
+    // What the client sent while held, delivered after the heal.
+    let mut held = Vec::new();
+    let mut buf = [0u8; 4096];
     while shared.partitioned.load(Ordering::SeqCst) {
         if shared.stopped.load(Ordering::SeqCst) {
             return;
         }
-        thread::sleep(POLL);
+        match client.read(&mut buf) {
+            // The client hung up (or reset): nobody is waiting any more.
+            Ok(0) => return,
+            Ok(n) => held.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(_) => return,
+        }
     }
-    let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+    let Ok(mut server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
         // The server is down: the client sees the connection closed, as a refused connect would end.
         let _ = client.shutdown(Shutdown::Both);
         return;
     };
+    if !held.is_empty() && server.write_all(&held).is_err() {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     {
@@ -223,6 +257,31 @@ mod tests {
         let n = open.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"+PONG\r\n", "the held request is delivered after the heal");
         assert_eq!(ping(&fwd.addr(), Duration::from_secs(2)).unwrap(), "+PONG\r\n");
+    }
+
+    #[test]
+    fn a_client_that_gives_up_during_a_partition_leaves_no_thread_behind() {
+        let redis = RedisServer::start();
+        let fwd = Forwarder::start(&redis.addr());
+        fwd.partition();
+        for _ in 0..30 {
+            let err = ping(&fwd.addr(), Duration::from_millis(20)).expect_err("hangs");
+            assert!(matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut), "{err:?}");
+        }
+        // One held client still waiting keeps its thread; the 30 that hung up do not.
+        let mut waiting = TcpStream::connect(fwd.addr()).unwrap();
+        waiting.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while fwd.live() > 1 && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(fwd.live(), 1, "threads of clients that hung up are still there");
+        assert!(fwd.accepted() >= 31);
+        fwd.heal();
+        waiting.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 16];
+        let n = waiting.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"+PONG\r\n", "the held client is served after the heal");
     }
 
     #[test]
