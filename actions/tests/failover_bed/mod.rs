@@ -761,3 +761,17 @@ pub fn lag_now(fb: &FailoverBed, index: usize, master: u32) -> Option<u64> {
     let best = pods.iter().filter(|p| p.ordinal != master).filter_map(|p| offset_of(p.redis.port())).max()?;
     Some(m.saturating_sub(best))
 }
+
+/// Whether the watcher marked group `gid` as having held data (its master was seen with an offset above zero).
+pub fn held_data(fb: &FailoverBed, gid: u32) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let Ok(etcd) =
+            pika_action::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
+        else {
+            return false;
+        };
+        let prefix = pika_action::etcd::cluster_prefix(NAMESPACE, &fb.bed.cluster.name);
+        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(_)))
+    })
+}
