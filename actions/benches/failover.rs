@@ -19,7 +19,6 @@
 #[path = "../tests/failover_bed/mod.rs"]
 mod failover_bed;
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -61,7 +60,7 @@ fn failover(runs: usize) {
         let watcher = fb.watcher("watcher-a", &default_watch_env(&fb, "watcher-a"));
         assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
         let data = fb.proxy.data_addr();
-        let workload = Workload::start(WorkloadOptions::through(&[data.clone()]));
+        let workload = Workload::start(WorkloadOptions::through(std::slice::from_ref(&data)));
         let pulse = Pulse::start(&data, "pulse", Duration::from_millis(2));
         assert!(workload.wait_for_acked(300, PATIENCE));
         let old = fb.codis_master(0);

@@ -125,11 +125,14 @@ pub async fn run(ctx: &Context) -> Result<String> {
         AsMaster::HandOver => hand_over(&s, config, &server, gid, has_data, kube_api.as_deref()).await,
         AsMaster::StartWithData => {
             tracing::warn!(gid, unfit = ?unfit, "no live replica with data: starting as the master with this volume's data");
-            start_as_master(config, &format!(
+            start_as_master(
+                config,
+                &format!(
                 "{server} is group {gid}'s master; no live replica has data ({}), so it starts with the data on this \
                  volume",
                 if unfit.is_empty() { "it has none".to_owned() } else { unfit.join("; ") }
-            ))
+            ),
+            )
         }
         AsMaster::StartEmpty(why) => start_as_master(
             config,
@@ -195,9 +198,8 @@ where
 
 /// Codis could not be asked: start only as the replica the config already names, never as a master.
 fn fail_closed(config: &Path, why: &str) -> Result<String> {
-    let text = std::fs::read_to_string(config).map_err(|e| {
-        Error::invalid(crate::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", config.display()))
-    })?;
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Error::invalid(crate::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", config.display())))?;
     match persisted_master(&text) {
         Some(master) => Ok(format!("{why}; starting as the replica of {master} that {} names", config.display())),
         None => Err(Error::Refused(format!(

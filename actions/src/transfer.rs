@@ -357,13 +357,15 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         // Choose, honouring a fence left by an earlier run.
         let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
         let infos = if t.unplanned {
-            let others: Vec<String> = servers.iter().filter(|srv| !srv.eq_ignore_ascii_case(&master)).cloned().collect();
+            let others: Vec<String> =
+                servers.iter().filter(|srv| !srv.eq_ignore_ascii_case(&master)).cloned().collect();
             survey_within(s, &others, UNPLANNED_SURVEY_TIMEOUT).await
         } else {
             survey(s, &servers).await
         };
         let (mh, mp) = s.dial(&master)?;
-        let held_data = if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
+        let held_data =
+            if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
         let (current, members) = member_facts_with(group, &master, (&mh, mp), &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;

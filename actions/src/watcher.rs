@@ -33,9 +33,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use std::time::Instant;
 
 use crate::budget::Budget;
 use crate::cluster::{release, Session, CALL_TIMEOUT};
@@ -160,7 +160,12 @@ async fn wait_for_signal() {
 }
 
 /// One term: connect, campaign, lead until the lease is lost or a stop is asked.
-async fn serve(ctx: &Arc<Context>, common: &Common, settings: &Settings, mut stop: watch::Receiver<bool>) -> Result<()> {
+async fn serve(
+    ctx: &Arc<Context>,
+    common: &Common,
+    settings: &Settings,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
     let etcd = Etcd::connect(&common.etcd, CALL_TIMEOUT).await?;
     let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), CALL_TIMEOUT)
         .await
@@ -344,13 +349,19 @@ impl<'a> Leader<'a> {
             .filter_map(|g| {
                 Some((
                     g.id,
-                    GroupView { master: g.master()?.to_ascii_lowercase(), servers: g.servers.len(), promoting: g.is_promoting() },
+                    GroupView {
+                        master: g.master()?.to_ascii_lowercase(),
+                        servers: g.servers.len(),
+                        promoting: g.is_promoting(),
+                    },
                 ))
             })
             .collect();
         // A deposed master no longer in its group (or the group gone) needs nothing more.
         self.deposed.retain(|server, gid| {
-            stats.group(*gid).is_some_and(|g| g.server(server).is_some() && !g.master().is_some_and(|m| m.eq_ignore_ascii_case(server)))
+            stats.group(*gid).is_some_and(|g| {
+                g.server(server).is_some() && !g.master().is_some_and(|m| m.eq_ignore_ascii_case(server))
+            })
         });
         let watched: Vec<String> =
             self.groups.values().map(|g| g.master.clone()).chain(self.deposed.keys().cloned()).collect();
@@ -435,10 +446,8 @@ impl<'a> Leader<'a> {
                 }
                 continue;
             }
-            let why = format!(
-                "no answer for {} ms ({error})",
-                Instant::now().saturating_duration_since(since).as_millis()
-            );
+            let why =
+                format!("no answer for {} ms ({error})", Instant::now().saturating_duration_since(since).as_millis());
             tracing::warn!(gid, master = %server, why = %why, "master gone: failing over");
             self.failing_over.insert(gid);
             let job = FailoverJob {
@@ -642,7 +651,8 @@ impl RepairJob {
         let gid = self.gid;
         let stats = s.stats().await?;
         let Some(group) = stats.group(gid) else { return Ok(true) };
-        if !group.is_promoting() && transfer::is_converged_within(&s, group, transfer::UNPLANNED_SURVEY_TIMEOUT).await? {
+        if !group.is_promoting() && transfer::is_converged_within(&s, group, transfer::UNPLANNED_SURVEY_TIMEOUT).await?
+        {
             return Ok(true);
         }
         // Someone holding the group is converging it already.

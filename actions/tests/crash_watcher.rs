@@ -1,5 +1,5 @@
 //! Fail points (built with `--features failpoints`): the failover watcher killed before each of its mutations in
-//! turn — the election lock, the held-data mark, the group's transfer lock, the fence, the promote, every SLAVEOF and
+//! turn — the election lock, the held-data mark, the group's transfer lock, the fence (compare-and-put), the promote, every SLAVEOF and
 //! CONFIG REWRITE of the replicas, the fence's removal, the failover record — while it replaces a master killed with
 //! `kill -9`, then a new watcher started as the restarted container would be, must converge: Codis lists a new
 //! master, it is the only server answering `role:master`, the other live replica follows it, the promote was sent
@@ -72,7 +72,7 @@ fn a_watcher_killed_at_any_step_of_a_failover_is_replaced_by_one_that_converges_
     assert!(completed, "the failover never completed within 40 crash points");
     summary::record("crash: failover watcher", tried.len(), 0);
     let points: Vec<&str> = tried.iter().map(|(_, w)| w.as_str()).collect();
-    for needed in ["/group/promote/", "SLAVEOF", "etcd put_if_absent"] {
+    for needed in ["/group/promote/", "SLAVEOF", "etcd compare_and_put"] {
         assert!(points.iter().any(|p| p.contains(needed)), "no crash point before {needed}: {points:?}");
     }
 }

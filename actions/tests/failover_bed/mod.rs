@@ -185,7 +185,9 @@ impl FailoverBed {
         let deadline = Instant::now() + PATIENCE;
         while Instant::now() < deadline {
             let master = self.codis_master(index);
-            if master != old && !self.bed.codis.snapshot().group(self.gid(index)).is_some_and(|g| !g.promoting.state.is_nothing()) {
+            if master != old
+                && self.bed.codis.snapshot().group(self.gid(index)).is_none_or(|g| g.promoting.state.is_nothing())
+            {
                 return Some(master);
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -206,9 +208,10 @@ impl FailoverBed {
             let port: u16 = port.parse().expect("port");
             m.redis.is_running()
                 && m.redis.role() == "master"
-                && pods.iter().filter(|p| p.ordinal != master && p.redis.is_running()).all(|p| {
-                    p.redis.master().is_some_and(|(h, pp, up)| h == host && pp == port && up)
-                })
+                && pods
+                    .iter()
+                    .filter(|p| p.ordinal != master && p.redis.is_running())
+                    .all(|p| p.redis.master().is_some_and(|(h, pp, up)| h == host && pp == port && up))
         })
     }
 
@@ -453,7 +456,7 @@ impl RoleConn {
             s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
             self.stream = Some(BufReader::new(s));
         }
-        let answer = self.stream.as_mut().and_then(|s| info_replication(s));
+        let answer = self.stream.as_mut().and_then(info_replication);
         if answer.is_none() {
             self.stream = None;
         }
@@ -774,4 +777,25 @@ pub fn held_data(fb: &FailoverBed, gid: u32) -> bool {
         let prefix = pika_action::etcd::cluster_prefix(NAMESPACE, &fb.bed.cluster.name);
         matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(_)))
     })
+}
+
+/// The pulse's lost writes are only its last acknowledged ones sent before `t0`, the kill: asynchronous replication
+/// gives the new master a prefix of the old master's stream, and the pulse writes over one connection in order, so a
+/// lost write sent before a kept one is a real loss; so is a lost write sent after the kill (only the new master
+/// could have acknowledged it). Returns how many were lost.
+pub fn assert_lost_only_a_tail(beats: &[Beat], lost: &[String], t0: Instant) -> usize {
+    let lost: BTreeSet<&str> = lost.iter().map(String::as_str).collect();
+    let mut first_lost: Option<&str> = None;
+    let mut count = 0;
+    // The pulse sends one write at a time: send order is acknowledgement order.
+    for beat in beats.iter().filter(|b| b.acked.is_some()) {
+        if lost.contains(beat.key.as_str()) {
+            assert!(beat.sent <= t0, "{} was sent after the kill, acknowledged by the new master, and lost", beat.key);
+            first_lost.get_or_insert(beat.key.as_str());
+            count += 1;
+        } else if let Some(first) = first_lost {
+            assert!(beat.sent > t0, "{first} was lost although {}, acknowledged after it, was kept", beat.key);
+        }
+    }
+    count
 }
