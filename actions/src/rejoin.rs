@@ -100,6 +100,7 @@ pub async fn run(ctx: &Context) -> Result<String> {
         return Ok(format!("group {gid} has no master; nothing to do"));
     };
     if !master.eq_ignore_ascii_case(&server) {
+        repoint_followers(&s, group, &server, &data).await?;
         return follow(&s, config, &server, master, gid);
     }
 
@@ -206,6 +207,51 @@ fn fail_closed(config: &Path, why: &str) -> Result<String> {
             "{why}; {} makes this pika a master, which could be a second master of its group: not starting until \
              codis answers",
             config.display()
+        ))),
+    }
+}
+
+/// Members that still replicate this pod although Codis lists another master: a handover or failover stopped after
+/// its promote. They are re-pointed at Codis's master, under the group's transfer lock, before this pod starts, so
+/// that none resyncs from it while it is empty. A failure is fatal only when this volume is empty; with data here, a
+/// member left following this pod is merely chained behind a replica until the watcher's repair re-points it.
+async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &Path) -> Result<()> {
+    let gid = group.id;
+    let (host, port) = s.dial(server)?;
+    let others: Vec<String> =
+        group.servers.iter().map(|gs| gs.server.clone()).filter(|m| !m.eq_ignore_ascii_case(server)).collect();
+    let infos = transfer::survey_within(s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    let followers: Vec<&String> =
+        infos.iter().filter(|(_, i)| i.as_ref().is_ok_and(|i| i.follows(&host, port))).map(|(m, _)| m).collect();
+    if followers.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(gid, followers = ?followers, "members still follow this pod, no longer codis's master: re-pointing them first");
+    let result = async {
+        let etcd = match s.etcd.clone() {
+            Some(etcd) => etcd,
+            None => Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?,
+        };
+        let s = Session { ctx: s.ctx, common: s.common, dashboard: s.dashboard.clone(), etcd: Some(etcd) };
+        let mut lock = transfer::lock_group(&s, gid, s.ctx.budget.cap(s.ctx.budget.remaining() / 3)).await?;
+        let converged = transfer::converge(&s, gid).await;
+        if let Ok(c) = &converged {
+            transfer::clear_fence(&s, gid, &c.master).await;
+        }
+        crate::cluster::release(&mut lock).await;
+        converged.map(|_| ())
+    }
+    .await;
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if volume_has_data(data).unwrap_or(false) => {
+            tracing::warn!(gid, error = %e.one_line(), "could not re-point them; the watcher's repair will");
+            Ok(())
+        }
+        Err(e) => Err(Error::Refused(format!(
+            "group {gid}'s members {followers:?} still follow this pod, whose volume is empty, and could not be \
+             re-pointed at codis's master ({}); not starting, or they would resync from an empty pika",
+            e.one_line()
         ))),
     }
 }

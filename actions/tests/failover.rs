@@ -301,3 +301,37 @@ fn under_the_pika_fork_the_watcher_fails_over_and_the_forks_dormant_ha_never_fig
     let masters: BTreeSet<u32> = fb.roles(0).into_iter().filter(|(_, r)| r == "master").map(|(o, _)| o).collect();
     assert_eq!(masters, BTreeSet::from([new]));
 }
+
+#[test]
+fn a_replica_that_is_down_is_left_alone_and_nothing_is_ever_deleted_from_codis() {
+    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
+    assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
+    fb.bed.codis.clear_requests();
+    let old = fb.codis_master(0);
+    let down = (old + 2) % 3;
+    kill9(&fb.pods(0)[down as usize]);
+    fb.pod_mut(0, down).redis.kill();
+    // Several detection times with a replica down: nothing is done about it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(fb.bed.mutations().is_empty(), "acted on a replica that is down: {:?}", fb.bed.mutations());
+    assert!(!watcher.log().contains("failing over"), "{}", watcher.log());
+
+    // The master dies too: the one live replica takes over, and the down one stays registered.
+    kill9(&fb.pods(0)[old as usize]);
+    fb.pod_mut(0, old).redis.kill();
+    let new = fb.wait_new_master(0, old).unwrap_or_else(|| panic!("no new master:\n{}", watcher.log()));
+    assert!(![old, down].contains(&new), "promoted a dead member {new}");
+    assert!(watcher.wait_log("failover done", PATIENCE), "{}", watcher.log());
+    let servers = fb.bed.codis.snapshot().group(fb.gid(0)).expect("group").servers.len();
+    assert_eq!(servers, 3, "a member was removed from codis");
+    let deletes: Vec<String> = fb
+        .bed
+        .mutations()
+        .into_iter()
+        .filter(|p| p.contains("/group/del/") || p.contains("/proxy/remove/") || p.contains("/group/remove/"))
+        .collect();
+    assert!(deletes.is_empty(), "the watcher deleted from codis: {deletes:?}");
+    assert_eq!(fb.promotes(), 1, "{:?}", fb.bed.mutations());
+    assert_eq!(fb.roles(0).into_iter().filter(|(_, r)| r == "master").map(|(o, _)| o).collect::<Vec<_>>(), [new]);
+}
