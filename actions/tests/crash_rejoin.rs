@@ -42,7 +42,7 @@ fn an_empty_masters_rejoin_killed_at_any_step_converges_when_run_again() {
                     .unwrap_or_else(|| panic!("run {n} neither finished nor crashed: {}", describe(&out))),
             )
         };
-        let label = what.clone().unwrap_or_else(|| "no crash".to_owned());
+        let label = what.clone().unwrap_or_else(|| "nothing (it completed)".to_owned());
         if what.is_some() {
             let again = fb.rejoin(0, 0, &[]);
             assert_eq!(again.status.code(), Some(0), "crash before {label}: rerun: {}", describe(&again));

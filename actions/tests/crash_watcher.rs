@@ -1,10 +1,10 @@
 //! Fail points (built with `--features failpoints`): the failover watcher killed before each of its mutations in
-//! turn — the election lock, the held-data mark, the group's transfer lock, the fence (compare-and-put), the promote, every SLAVEOF and
-//! CONFIG REWRITE of the replicas, the fence's removal, the failover record — while it replaces a master killed with
-//! `kill -9`, then a new watcher started as the restarted container would be, must converge: Codis lists a new
-//! master, it is the only server answering `role:master`, the other live replica follows it, the promote was sent
-//! exactly once (a crash after it is finished by repair, never by a second promote), and every key written before
-//! the kill is read back through the proxy.
+//! turn (the election lock, the held-data mark, the group's transfer lock, the fence's compare-and-put, the promote,
+//! SLAVEOF and CONFIG REWRITE of the other replica, the fence's removal, the failover record) while it replaces a
+//! master killed with `kill -9`; then a new watcher, started as the restarted container would be, must converge:
+//! Codis lists a new master, it is the only server answering `role:master`, the other live replica follows it, the
+//! promote was sent exactly once (a crash after it is finished by repair, never by a second promote), and every key
+//! written before the kill is read back through the proxy.
 
 mod failover_bed;
 #[path = "support/summary.rs"]

@@ -1,7 +1,8 @@
 //! Automatic failover: `pika-action watch` over the test bed (real redis-servers standing in for pika, real etcd,
 //! the Codis dashboard double and a proxy double serving the data port). A master killed with `kill -9` is
 //! replaced, writes through the proxy resume and every acknowledged key is read back through the data path; the old
-//! master follows when it returns; two watchers elect one; a watcher without etcd never promotes; a partitioned old
+//! master follows when it returns; a replica that is down is left alone and nothing is deleted from Codis; two
+//! watchers elect one; a watcher without etcd never promotes; a partitioned old
 //! master is never routed to again and is demoted when it reappears; a slow master is left alone; under the Pika
 //! fork's dashboard, whose HA the chart keeps dormant, the two never fight.
 //!
