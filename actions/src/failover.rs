@@ -6,9 +6,10 @@
 //! All of it lives in etcd under the cluster's prefix:
 //!
 //! - `<prefix>failovers/<gid>`: the last [`FailoverRecord`] of the group, as JSON (overwritten by the next one);
-//! - `<prefix>held-data/<gid>`: present once the group's master was seen with a replication offset above zero, that
-//!   is, once it took a write. `rejoin` refuses to start an empty master over a group that has this mark and no
-//!   replica left with data; without it the group never held a key and starting empty loses nothing.
+//! - `<prefix>held-data/<gid>`: written by the watcher when it first probes the group's master: [`NEVER_HELD`] while
+//!   its replication offset is zero, then `<server> offset <n>` once it is above zero, that is, once it took a write.
+//!   `rejoin` starts an empty master with no replica left with data only when the mark says [`NEVER_HELD`] (starting
+//!   empty loses nothing); with any other mark, or none (no watcher ever looked: nobody can say), it refuses.
 //!
 //! Writing a record or an Event is best effort: a failure is logged and never undoes or blocks the failover.
 
@@ -60,6 +61,38 @@ impl FailoverRecord {
             "group {}: {} replaced {} as master at {} ({}; by {}, {} ms{lag})",
             self.gid, self.to, self.from, self.at, self.why, self.by, self.took_ms
         )
+    }
+}
+
+/// The held-data mark of a group whose master the watcher saw with offset zero: it never took a write.
+pub const NEVER_HELD: &str = "none";
+
+/// What a group's held-data mark says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldData {
+    /// The watcher saw its master with offset zero and never above.
+    Never,
+    /// Its master was seen with an offset above zero.
+    Held,
+    /// No mark: no watcher looked (or etcd could not be read).
+    Unknown,
+}
+
+impl HeldData {
+    /// From the mark's value (`None`: no mark).
+    #[must_use]
+    pub fn of(mark: Option<&str>) -> Self {
+        match mark {
+            None => Self::Unknown,
+            Some(v) if v.trim() == NEVER_HELD => Self::Never,
+            Some(_) => Self::Held,
+        }
+    }
+
+    /// Whether the group may hold data (anything but [`HeldData::Never`]).
+    #[must_use]
+    pub fn may_hold_data(self) -> bool {
+        self != Self::Never
     }
 }
 
@@ -140,6 +173,15 @@ mod tests {
     fn keys_live_under_the_cluster_prefix() {
         assert_eq!(record_key("/pika-kubeblocks/ns/c1/", 3), "/pika-kubeblocks/ns/c1/failovers/3");
         assert_eq!(held_data_key("/pika-kubeblocks/ns/c1/", 12), "/pika-kubeblocks/ns/c1/held-data/12");
+    }
+
+    #[test]
+    fn only_a_never_held_mark_says_the_group_has_no_data() {
+        assert_eq!(HeldData::of(Some(NEVER_HELD)), HeldData::Never);
+        assert_eq!(HeldData::of(Some("c1-pika-a-0:9221 offset 14")), HeldData::Held);
+        assert_eq!(HeldData::of(None), HeldData::Unknown);
+        assert!(HeldData::Unknown.may_hold_data() && HeldData::Held.may_hold_data());
+        assert!(!HeldData::Never.may_hold_data());
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //!   moves to the most advanced one through the fenced, unplanned transfer of [`crate::transfer`] (under the group's
 //!   transfer lock, never the topology lock), the other replicas follow it, and only then is the local pika made its
 //!   replica: replicas are never pointed at an empty master. With no such replica: a volume with data starts as the
-//!   master; an empty one starts only if the group never held a key (it owns no slots, or the failover watcher never
-//!   saw its master take a write, [`crate::failover`]), and is otherwise refused — exit 1, a message naming the
+//!   master; an empty one starts only if the group never held a key (it owns no slots, or the failover watcher saw its
+//!   master with offset zero and never above, [`crate::failover`]), and is otherwise refused — exit 1, a message naming the
 //!   group, a Kubernetes Event on the pod — rather than serve an empty group in silence.
 //!
 //! The volume is **empty** when pika's data directory (`PIKA_DATA_DIR`, by default the config's `db-path`) is absent
@@ -361,8 +361,10 @@ async fn never_held_a_key(s: &Session<'_>, stats: &Stats, group: &Group) -> Resu
     })
     .await;
     match read {
-        Ok(None) => Ok(Some("its master was never seen taking a write")),
-        Ok(Some(_)) => Ok(None),
+        Ok(mark) if failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())) == failover::HeldData::Never => {
+            Ok(Some("the failover watcher saw its master with replication offset 0 and never above"))
+        }
+        Ok(_) => Ok(None),
         Err(e) => {
             tracing::warn!(gid = group.id, error = %e.one_line(), "cannot tell whether the group held data");
             Ok(None)

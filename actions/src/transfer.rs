@@ -431,10 +431,14 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
     }
 }
 
-/// Whether group `gid` ever held data, from [`crate::failover`]'s mark; `true` when etcd cannot say.
+/// Whether group `gid` may have held data, from [`crate::failover`]'s mark: `false` only when the watcher saw its
+/// master never take a write; `true` without a mark or when etcd cannot say.
 pub async fn group_held_data(s: &Session<'_>, gid: u32) -> bool {
     let Ok(etcd) = s.etcd() else { return true };
-    !matches!(etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await, Ok(None))
+    match etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await {
+        Ok(mark) => crate::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())).may_hold_data(),
+        Err(_) => true,
+    }
 }
 
 /// The choice: the candidate when given (refused with exit 2 naming its variable when unfit); else the fenced

@@ -23,8 +23,9 @@
 //!    process): it still says `role:master`, though Codis routes to the new one. It is probed like a master, and the
 //!    moment it answers its group is converged, which makes it follow the new master. Every group is also checked
 //!    for members that do not follow Codis's `servers[0]` every [`REPAIR_EVERY`] and converged under the group lock.
-//! 5. **Data marks.** A master seen with a replication offset above zero marks its group as having held data, which
-//!    `rejoin` needs to refuse starting an empty master over a group that had keys.
+//! 5. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
+//!    seen above zero, as having held data. `rejoin` starts an empty master with no replica left only over the first
+//!    mark, and refuses otherwise (no mark: nobody can say).
 //!
 //! Everything the leader does is one of the crash-safe, idempotent steps of [`transfer`]: a watcher killed at any
 //! point is replaced by one that finds the fence, the promote in progress or the unconverged group and finishes it.
@@ -244,7 +245,8 @@ struct Leader<'a> {
     /// Old masters replaced by a failover, by group: repaired the moment they answer.
     deposed: BTreeMap<String, u32>,
     offsets: BTreeMap<String, u64>,
-    marked: BTreeSet<u32>,
+    /// Held-data marks written or read, by group: whether the group held data.
+    marked: BTreeMap<u32, bool>,
     failing_over: BTreeSet<u32>,
     repairing: BTreeSet<u32>,
     retry: BTreeMap<u32, (Instant, Duration)>,
@@ -272,7 +274,7 @@ impl<'a> Leader<'a> {
             groups: BTreeMap::new(),
             deposed: BTreeMap::new(),
             offsets: BTreeMap::new(),
-            marked: BTreeSet::new(),
+            marked: BTreeMap::new(),
             failing_over: BTreeSet::new(),
             repairing: BTreeSet::new(),
             retry: BTreeMap::new(),
@@ -330,7 +332,13 @@ impl<'a> Leader<'a> {
     async fn load_marks(&mut self) {
         let dir = format!("{}/held-data/", self.prefix.trim_end_matches('/'));
         if let Ok(list) = self.etcd.list(&dir).await {
-            self.marked = list.iter().filter_map(|(k, _)| k.strip_prefix(&dir)?.parse().ok()).collect();
+            self.marked = list
+                .iter()
+                .filter_map(|(k, e)| {
+                    let gid = k.strip_prefix(&dir)?.parse().ok()?;
+                    Some((gid, failover::HeldData::of(Some(&e.value)) == failover::HeldData::Held))
+                })
+                .collect();
         }
     }
 
@@ -408,13 +416,22 @@ impl<'a> Leader<'a> {
                 if let Some(offset) = info.offset {
                     self.offsets.insert(done.server.clone(), offset);
                     if let Some(gid) = self.master_of(&done.server) {
-                        if offset > 0 && !self.marked.contains(&gid) {
-                            let key = failover::held_data_key(&self.prefix, gid);
+                        let known = self.marked.get(&gid).copied();
+                        let key = failover::held_data_key(&self.prefix, gid);
+                        if offset > 0 && known != Some(true) {
                             match self.etcd.put(&key, &format!("{} offset {offset}", done.server), None).await {
                                 Ok(_) => {
-                                    self.marked.insert(gid);
+                                    self.marked.insert(gid, true);
                                 }
                                 Err(e) => tracing::debug!(gid, error = %e, "could not mark the group as holding data"),
+                            }
+                        } else if offset == 0 && known.is_none() {
+                            // Never over a mark of data: another leader may have seen a write this one did not.
+                            match self.etcd.put_if_absent(&key, failover::NEVER_HELD, None).await {
+                                Ok(_) => {
+                                    self.marked.insert(gid, false);
+                                }
+                                Err(e) => tracing::debug!(gid, error = %e, "could not mark the group as empty"),
                             }
                         }
                     }

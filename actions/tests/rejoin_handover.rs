@@ -178,15 +178,36 @@ fn an_empty_master_with_no_replica_left_is_refused_naming_its_group_when_the_gro
 }
 
 #[test]
-fn an_empty_master_of_a_group_that_never_held_a_key_starts() {
-    // One pod, no writes: nothing to lose, nothing to wait for.
+fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watchers_word_is_refused() {
+    // One pod, no writes, its slots assigned. No watcher ever looked: nobody can say the group is empty.
     let mut fb = FailoverBed::new(Options::new(1, 1));
     let gid = fb.gid(0);
+    lose_volume(&mut fb, 0);
+    let out = fb.rejoin(0, 0, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(stderr(&out).contains(&format!("codis group {gid}'s master")), "{}", describe(&out));
+
+    // The watcher saw its master at offset 0: nothing to lose, it starts.
+    fb.pod_mut(0, 0).redis.restart();
+    let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 1000));
+    assert!(eventually(PATIENCE, || mark(&fb, gid).is_some()), "never marked:\n{}", watcher.log());
+    assert_eq!(mark(&fb, gid).as_deref(), Some(pika_action::failover::NEVER_HELD));
     assert!(!held_data(&fb, gid));
+    drop(watcher);
     lose_volume(&mut fb, 0);
     let out = fb.rejoin(0, 0, &[]);
     expect_ok("rejoin", &out);
     assert!(stdout(&out).contains("never held a key"), "{}", describe(&out));
+}
+
+fn mark(fb: &FailoverBed, gid: u32) -> Option<String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let etcd =
+            pika_action::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.ok()?;
+        let prefix = pika_action::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
+        etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await.ok()?.map(|e| e.value)
+    })
 }
 
 #[test]
@@ -239,6 +260,6 @@ fn held_data(fb: &FailoverBed, gid: u32) -> bool {
             return false;
         };
         let prefix = pika_action::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
-        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(_)))
+        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::failover::NEVER_HELD)
     })
 }

@@ -775,7 +775,7 @@ pub fn held_data(fb: &FailoverBed, gid: u32) -> bool {
             return false;
         };
         let prefix = pika_action::etcd::cluster_prefix(NAMESPACE, &fb.bed.cluster.name);
-        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(_)))
+        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::failover::NEVER_HELD)
     })
 }
 
