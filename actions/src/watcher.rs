@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 
 use crate::budget::Budget;
 use crate::cluster::{release, Session, CALL_TIMEOUT};
-use crate::codis::{Dashboard, Stats};
+use crate::codis::{Dashboard, Group, Stats};
 use crate::context::Context;
 use crate::detector::{Detector, Verdict};
 use crate::error::{Error, Result};
@@ -95,9 +95,10 @@ impl Settings {
         (self.interval / 5).clamp(Duration::from_millis(10), Duration::from_millis(50))
     }
 
-    /// How often Codis's topology is read again.
+    /// How often Codis's topology is read again: its stats carry every slot and every server's INFO, the bulk of the
+    /// watcher's idle cost. A master moved by someone else is found by then; a failover re-reads before it acts.
     fn refresh(&self) -> Duration {
-        (self.interval * 2).max(Duration::from_secs(1))
+        (self.interval * 4).max(Duration::from_secs(2))
     }
 }
 
@@ -216,6 +217,8 @@ struct GroupView {
     master: String,
     servers: usize,
     promoting: bool,
+    /// The group as Codis last listed it, for the periodic convergence check.
+    model: Group,
 }
 
 /// A job's result, by group.
@@ -309,7 +312,7 @@ impl<'a> Leader<'a> {
                         next_repair = now + REPAIR_EVERY;
                         let gids: Vec<u32> = self.groups.keys().copied().collect();
                         for gid in gids {
-                            self.start_repair(&mut jobs, gid);
+                            self.start_repair(&mut jobs, gid, true);
                         }
                     }
                 }
@@ -361,6 +364,7 @@ impl<'a> Leader<'a> {
                         master: g.master()?.to_ascii_lowercase(),
                         servers: g.servers.len(),
                         promoting: g.is_promoting(),
+                        model: g.clone(),
                     },
                 ))
             })
@@ -439,7 +443,7 @@ impl<'a> Leader<'a> {
                 // A replaced master that answers again still thinks it is one: make it follow now.
                 if let Some(&gid) = self.deposed.get(&done.server) {
                     if info.role == pika::Role::Master {
-                        self.start_repair(jobs, gid);
+                        self.start_repair(jobs, gid, false);
                     }
                 }
             }
@@ -485,7 +489,9 @@ impl<'a> Leader<'a> {
         }
     }
 
-    fn start_repair(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32) {
+    /// Checks group `gid`'s convergence, from the last listing when `from_listing` (the periodic round), else from
+    /// a fresh read (a deposed master answering: the listing may predate its failover).
+    fn start_repair(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, from_listing: bool) {
         let Some(view) = self.groups.get(&gid) else { return };
         if self.repairing.contains(&gid) || self.failing_over.contains(&gid) || self.detector.is_failing(&view.master) {
             return;
@@ -500,6 +506,7 @@ impl<'a> Leader<'a> {
             etcd: self.etcd.clone(),
             lease: Arc::clone(&self.lease),
             gid,
+            listed: from_listing.then(|| view.model.clone()),
         };
         jobs.spawn(async move { JobDone::Repair(gid, job.run().await) });
     }
@@ -657,6 +664,8 @@ struct RepairJob {
     etcd: Etcd,
     lease: Arc<LockGuard>,
     gid: u32,
+    /// The group as last listed, to check without reading Codis again; `None`: read it.
+    listed: Option<Group>,
 }
 
 impl RepairJob {
@@ -666,9 +675,15 @@ impl RepairJob {
         let Some(common) = ctx.event.common() else { return Ok(false) };
         let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
         let gid = self.gid;
-        let stats = s.stats().await?;
-        let Some(group) = stats.group(gid) else { return Ok(true) };
-        if !group.is_promoting() && transfer::is_converged_within(&s, group, transfer::UNPLANNED_SURVEY_TIMEOUT).await?
+        let group = match self.listed {
+            Some(group) => group,
+            None => match s.stats().await?.group(gid) {
+                Some(group) => group.clone(),
+                None => return Ok(true),
+            },
+        };
+        if !group.is_promoting()
+            && transfer::is_converged_within(&s, &group, transfer::UNPLANNED_SURVEY_TIMEOUT).await?
         {
             return Ok(true);
         }
