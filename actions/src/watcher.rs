@@ -52,7 +52,7 @@ use crate::pika::{self, Pika, Replication};
 use crate::transfer::{self, Transfer};
 
 /// How often every group is checked for members that do not follow its master.
-pub const REPAIR_EVERY: Duration = Duration::from_secs(10);
+pub const REPAIR_EVERY: Duration = Duration::from_secs(30);
 /// How long a failover waits for its group's transfer lock before it tries again on a later tick.
 const GROUP_LOCK_WAIT: Duration = Duration::from_millis(300);
 /// The first pause before a failover that failed is tried again; it doubles up to [`RETRY_MAX`].
@@ -98,7 +98,7 @@ impl Settings {
     /// How often Codis's topology is read again: its stats carry every slot and every server's INFO, the bulk of the
     /// watcher's idle cost. A master moved by someone else is found by then; a failover re-reads before it acts.
     fn refresh(&self) -> Duration {
-        (self.interval * 4).max(Duration::from_secs(2))
+        (self.interval * 6).max(Duration::from_secs(3))
     }
 }
 
@@ -292,7 +292,9 @@ impl<'a> Leader<'a> {
         let mut ticker = tokio::time::interval(self.settings.tick());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_refresh = Instant::now();
-        let mut next_repair = Instant::now() + REPAIR_EVERY;
+        // A new leader checks every group at once (after the first read of Codis, in the same tick): a watcher that
+        // died after a promote left its group for the next one to converge.
+        let mut next_repair = Instant::now();
         loop {
             tokio::select! {
                 _ = stop.changed() => return Ok(()),
@@ -323,8 +325,12 @@ impl<'a> Leader<'a> {
                 }
                 Some(done) = jobs.join_next(), if !jobs.is_empty() => {
                     if let Ok(done) = done {
+                        // A failover moved (or tried to move) a master: read Codis again at once. A repair changes
+                        // no master, and a round of them would otherwise re-read it once per group.
+                        if matches!(done, JobDone::Failover(..)) {
+                            next_refresh = Instant::now();
+                        }
                         self.job_done(done);
-                        next_refresh = Instant::now();
                     }
                 }
             }
