@@ -431,12 +431,15 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
     }
 }
 
-/// Whether group `gid` may have held data, from [`crate::failover`]'s mark: `false` only when the watcher saw its
-/// master never take a write; `true` without a mark or when etcd cannot say.
+/// Whether group `gid` held data, for judging replicas at replication offset 0: `true` once the watcher saw its
+/// master above offset 0, or when etcd cannot say. Without a mark a replica at offset 0 that completed a sync still
+/// counts as fit: it copied a master that had taken no write (a replica that never linked is unfit anyway).
 pub async fn group_held_data(s: &Session<'_>, gid: u32) -> bool {
     let Ok(etcd) = s.etcd() else { return true };
     match etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await {
-        Ok(mark) => crate::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())).may_hold_data(),
+        Ok(mark) => {
+            crate::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())) == crate::failover::HeldData::Held
+        }
         Err(_) => true,
     }
 }
