@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::vars::{
     AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars,
     LegacyVars, PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars,
-    VarMap,
+    VarMap, WatchVars,
 };
 
 /// KubeBlocks lifecycle actions for Pika sharded behind Codis.
@@ -109,7 +109,11 @@ action_args!(
 );
 action_args!(
     /// Variables of `rejoin`.
-    RejoinArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, pod: PodVars, run: RunVars }
+    RejoinArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, pod: PodVars, kube: KubeVars, run: RunVars }
+);
+action_args!(
+    /// Variables of `watch`.
+    WatchArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, watch: WatchVars, kube: KubeVars, run: RunVars }
 );
 
 /// The lifecycle actions of the contract.
@@ -133,8 +137,14 @@ pub enum Action {
     Switchover(SwitchoverArgs),
     /// Print `master` or `slave` for the local pika.
     RoleProbe(RoleProbeArgs),
-    /// At container start: follow the group's current master if Codis lists this pod under another master.
+    /// At container start, before pika serves: follow the group's current master; when Codis still lists this pod
+    /// as the master, hand mastership to the most advanced live replica first (never start a second master, never
+    /// serve an empty group), or refuse to start.
     Rejoin(RejoinArgs),
+    /// Long-running (not a lifecycle action): the failover watcher. One elected copy per cluster probes every
+    /// group's master and promotes the most advanced replica, fenced in etcd, when a master stops answering for
+    /// FAILOVER_DETECTION_MS; runs until SIGTERM. ACTION_BUDGET_SECONDS bounds each failover.
+    Watch(WatchArgs),
     /// For people, read-only: each group's master and replicas as Codis and the pikas see them; exit 1 when they
     /// disagree (or a pika cannot be asked), 0 when every group is consistent.
     Topology(TopologyArgs),
@@ -155,6 +165,7 @@ impl Action {
             Self::RoleProbe(_) => "role-probe",
             Self::Rejoin(_) => "rejoin",
             Self::Topology(_) => "topology",
+            Self::Watch(_) => "watch",
         }
     }
 
@@ -182,6 +193,7 @@ impl Action {
             Self::RoleProbe(a) => a.collect(&mut map),
             Self::Rejoin(a) => a.collect(&mut map),
             Self::Topology(a) => a.collect(&mut map),
+            Self::Watch(a) => a.collect(&mut map),
         }
         map
     }

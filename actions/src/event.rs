@@ -279,6 +279,30 @@ pub enum Event {
         pod: String,
         /// The local pika's config file.
         config_file: String,
+        /// pika's data directory (`PIKA_DATA_DIR`); `None`: the config file's `db-path`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data_dir: Option<String>,
+        /// A plain-http Kubernetes API proxy to record a refused start on, instead of the in-cluster API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kube_api: Option<String>,
+    },
+    /// `watch`, the long-running failover watcher.
+    Watch {
+        /// Common fields (etcd required: the election and the fences live there).
+        #[serde(flatten)]
+        common: Common,
+        /// How long a master must fail every probe before it is failed over, in milliseconds.
+        detection_ms: u64,
+        /// How often each master is probed, in milliseconds.
+        probe_interval_ms: u64,
+        /// TTL of the election lease, in seconds.
+        lease_seconds: u64,
+        /// This watcher's pod, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<String>,
+        /// A plain-http Kubernetes API proxy to record failovers on, instead of the in-cluster API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kube_api: Option<String>,
     },
 }
 
@@ -311,6 +335,7 @@ impl Event {
             Self::RoleProbe { .. } => "role-probe",
             Self::Rejoin { .. } => "rejoin",
             Self::Topology { .. } => "topology",
+            Self::Watch { .. } => "watch",
         }
     }
 
@@ -326,7 +351,8 @@ impl Event {
             | Self::MemberLeave { common, .. }
             | Self::Switchover { common, .. }
             | Self::Rejoin { common, .. }
-            | Self::Topology { common, .. } => Some(common),
+            | Self::Topology { common, .. }
+            | Self::Watch { common, .. } => Some(common),
             Self::RoleProbe { .. } => None,
         }
     }
@@ -440,7 +466,10 @@ impl Event {
                     }
                 }
             }
-            Self::Rejoin { shard, pod, .. } => {
+            Self::Rejoin { shard, pod, kube_api, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 if !shard.pods.iter().any(|p| p.name() == pod) {
                     return Err(Error::invalid(
@@ -452,6 +481,25 @@ impl Event {
             Self::Topology { shards, .. } => {
                 if !shards.is_empty() {
                     check_shards(cluster, shards)?;
+                }
+            }
+            Self::Watch { detection_ms, probe_interval_ms, kube_api, pod, .. } => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
+                if let Some(pod) = pod {
+                    crate::template::check_label(pod).map_err(|e| Error::invalid(vars::POD_NAME, e))?;
+                }
+                // A probe interval as long as the detection time would fail a master over on one missed probe.
+                if probe_interval_ms >= detection_ms {
+                    return Err(Error::invalid(
+                        vars::WATCH_PROBE_INTERVAL_MS,
+                        format!(
+                            "{probe_interval_ms} ms is not shorter than {} ({detection_ms} ms): a master would be \
+                             failed over on a single missed probe",
+                            vars::FAILOVER_DETECTION_MS
+                        ),
+                    ));
                 }
             }
             Self::RoleProbe { .. } => {}

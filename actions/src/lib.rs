@@ -12,10 +12,12 @@ pub mod cli;
 pub mod cluster;
 pub mod codis;
 pub mod context;
+pub mod detector;
 pub mod drain;
 pub mod error;
 pub mod etcd;
 pub mod event;
+pub mod failover;
 pub mod failpoint;
 pub mod kube;
 pub mod pika;
@@ -37,6 +39,7 @@ pub mod shard_add;
 pub mod shard_remove;
 pub mod switchover;
 pub mod topology;
+pub mod watcher;
 
 use cli::{Cli, Command};
 use context::Context;
@@ -77,6 +80,7 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
             Event::Switchover { .. } => switchover::run(ctx).await,
             Event::Rejoin { .. } => rejoin::run(ctx).await,
             Event::Topology { .. } => topology::run(ctx).await,
+            Event::Watch { .. } => watcher::run(ctx).await,
             Event::RoleProbe { .. } => role_probe::run(ctx),
         }
     })

@@ -44,10 +44,14 @@ async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> 
         let gid = group.id;
         let is_master = group.master().is_some_and(|m| m.eq_ignore_ascii_case(server));
         if group.is_promoting() || (is_master && group.servers.len() > 1) {
-            // Promote another member first (or finish the promote in progress), then look again.
-            let t = Transfer { gid, from: server.to_owned(), candidate: None, rollout: None };
-            let outcome = transfer::move_master(s, lock, &t).await?;
-            notes.push(outcome.describe(server));
+            // Promote another member first (or finish the promote in progress), then look again. A leaving master
+            // that no longer answers is moved away from without asking it anything.
+            let unplanned = is_master && s.replication(server).await.is_err();
+            let t = Transfer { gid, from: server.to_owned(), candidate: None, rollout: None, unplanned };
+            let mut group_lock = transfer::lock_group(s, gid, s.ctx.budget.cap(s.ctx.budget.remaining() / 3)).await?;
+            let outcome = transfer::move_master(s, &[lock, &group_lock], &t).await;
+            release(&mut group_lock).await;
+            notes.push(outcome?.describe(server));
             continue;
         }
         if is_master {

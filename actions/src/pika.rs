@@ -135,6 +135,9 @@ pub struct Replication {
     pub offset: Option<u64>,
     /// pika's `ReplicationID`, `None` while empty. Redis' `master_replid` follows other rules and is not reported.
     pub replication_id: Option<String>,
+    /// A replica whose link to its master never came up since it started (redis' `master_link_down_since_seconds:-1`;
+    /// pika does not say, its `is_eligible_for_master_election` covers it): it may hold nothing.
+    pub never_linked: bool,
 }
 
 impl Replication {
@@ -205,6 +208,7 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
             "is_eligible_for_master_election" => out.eligible = parse_bool(value),
             "slave_repl_offset" => slave_repl_offset = value.parse().ok(),
             "master_repl_offset" => master_repl_offset = value.parse().ok(),
+            "master_link_down_since_seconds" => out.never_linked = value == "-1",
             _ if numbered(key, "db") => {
                 // Two kinds of line share the prefix: `db0:binlog_offset=F O,…` and, under `repl_connect_status:`,
                 // `db0:connected`. Redis' keyspace lines (`db0:keys=…`) land here too when given a full INFO.

@@ -1,22 +1,77 @@
-//! `rejoin`: run by the pika container before pika starts serving, so that a restarted or rescheduled pod (even
-//! one on an empty volume) comes back as a replica of its group's current master as Codis sees it, never as a
-//! second master.
+//! `rejoin`: run by the pika container before pika starts serving, so that a pod that comes back — restarted,
+//! rescheduled, on an empty volume — never costs a key and never becomes a second master.
 //!
 //! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file
 //! (pika.md §3.1). The file is edited in place: the one replication line is replaced, everything else (including
 //! pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is handled too, since it
 //! stands in for pika in tests.
+//!
+//! What Codis says decides ([`decide`]):
+//!
+//! - **Codis lists another pod as the group's master**: follow it.
+//! - **Codis still lists this pod as the master.** Then no switchover preceded this start (it would have moved the
+//!   master), so this pika may have lost its last writes, or all of its data when the volume is empty. If a live
+//!   replica completed a sync (a replication offset above zero, eligible, following this pod), mastership first
+//!   moves to the most advanced one through the fenced, unplanned transfer of [`crate::transfer`] (under the group's
+//!   transfer lock, never the topology lock), the other replicas follow it, and only then is the local pika made its
+//!   replica: replicas are never pointed at an empty master. With no such replica: a volume with data starts as the
+//!   master; an empty one starts only if the group never held a key (it owns no slots, or the failover watcher saw its
+//!   master with offset zero and never above, [`crate::failover`]), and is otherwise refused — exit 1, a message naming the
+//!   group, a Kubernetes Event on the pod — rather than serve an empty group in silence.
+//!
+//! The volume is **empty** when pika's data directory (`PIKA_DATA_DIR`, by default the config's `db-path`) is absent
+//! or has no entries. Every step is idempotent and crash-safe (a rerun after the promote finds another master and
+//! follows it), bounded by `ACTION_BUDGET_SECONDS`. The dashboard or etcd down: retried within the budget, then
+//! **fail closed** — start only as the replica the config already names, never as a master.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::cluster::{Session, CALL_TIMEOUT};
+use crate::codis::{Group, Stats};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::etcd::Etcd;
 use crate::event::Event;
+use crate::failover::{self, FailoverRecord};
+use crate::kube::ObjectRef;
+use crate::transfer::{self, Transfer};
+
+/// Pause between two attempts at something that is not reachable yet.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// What [`decide`] concluded for a pod Codis names as its group's master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsMaster {
+    /// Hand mastership to a live replica with data first (or finish the promote left in progress).
+    HandOver,
+    /// Start as the master with what the volume holds.
+    StartWithData,
+    /// Start as the master of a group that never held a key, on an empty volume.
+    StartEmpty(&'static str),
+    /// Do not start: the group held data, the volume is empty and no replica with data is live.
+    Refuse,
+}
+
+/// The decision for a pod Codis lists as its group's master: whether a live replica with data exists (or a promote
+/// is already under way), whether the local volume has data, and whether the group never held a key (`None`: not
+/// known yet, asked only when it matters).
+#[must_use]
+pub fn decide(live_replica: bool, promoting: bool, has_data: bool, never_held: Option<&'static str>) -> AsMaster {
+    if live_replica || promoting {
+        AsMaster::HandOver
+    } else if has_data {
+        AsMaster::StartWithData
+    } else if let Some(why) = never_held {
+        AsMaster::StartEmpty(why)
+    } else {
+        AsMaster::Refuse
+    }
+}
 
 /// Runs the action.
 pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::Rejoin { shard, pod, config_file, .. } = &ctx.event else {
+    let Event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = &ctx.event else {
         return Err(Error::Refused("rejoin got another action's event".into()));
     };
     let me = shard
@@ -24,40 +79,347 @@ pub async fn run(ctx: &Context) -> Result<String> {
         .iter()
         .find(|p| p.name() == pod)
         .ok_or_else(|| Error::invalid(crate::vars::POD_NAME, format!("{pod} is not a pod of {}", shard.name)))?;
-    // The dashboard starts before the shards; while it cannot be reached, retry within the budget, then start
-    // with the role pika last persisted rather than keep the pod down.
-    let s = loop {
-        match Session::open_without_etcd_if_down(ctx).await {
-            Ok(s) => break s,
-            // A configuration error (the dashboard serves another product) does not fix itself: say so now.
-            Err(e @ Error::InvalidInput { .. }) => return Err(e),
-            Err(e) if ctx.budget.remaining() > CALL_TIMEOUT => {
-                tracing::warn!(error = %e.one_line(), "codis not reachable yet; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            Err(e) => {
-                return Ok(format!("codis unreachable ({}); starting with the persisted role", e.one_line()));
-            }
-        }
+    let config = Path::new(config_file);
+    let data = data_dir.as_ref().map_or_else(|| data_dir_of(config), PathBuf::from);
+
+    let s = match open_session(ctx).await {
+        Ok(s) => s,
+        Err(e @ Error::InvalidInput { .. }) => return Err(e),
+        Err(e) => return fail_closed(config, &format!("codis unreachable ({})", e.one_line())),
     };
     let server = s.server(me);
-    let stats = s.stats().await?;
+    let stats = match retry(ctx, "read codis", || s.stats()).await {
+        Ok(stats) => stats,
+        Err(e) => return fail_closed(config, &format!("codis unreachable ({})", e.one_line())),
+    };
     let Some(group) = stats.group_of_server(&server) else {
         return Ok(format!("{server} is not in any codis group yet; nothing to do"));
     };
+    let gid = group.id;
     let Some(master) = group.master() else {
-        return Ok(format!("group {} has no master; nothing to do", group.id));
+        return Ok(format!("group {gid} has no master; nothing to do"));
     };
-    let target = if master.eq_ignore_ascii_case(&server) { None } else { Some(s.dial(master)?) };
-    let changed = set_replication(Path::new(config_file), target.as_ref().map(|(h, p)| (h.as_str(), *p)))?;
-    let what = match &target {
-        None => format!("{server} is group {}'s master", group.id),
-        Some(_) => format!("{server} follows {master} in group {}", group.id),
-    };
-    Ok(if changed {
-        format!("{what}; {config_file} updated")
+    if !master.eq_ignore_ascii_case(&server) {
+        repoint_followers(&s, group, &server, &data).await?;
+        return follow(&s, config, &server, master, gid);
+    }
+
+    // Codis names this pod the master; this pika is not running, so it is not asked anything.
+    let has_data = volume_has_data(&data)?;
+    let others: Vec<String> =
+        group.servers.iter().map(|gs| gs.server.clone()).filter(|srv| !srv.eq_ignore_ascii_case(&server)).collect();
+    let infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    let (mh, mp) = s.dial(&server)?;
+    let held_data = transfer::group_held_data(&s, gid).await;
+    let (_, members) = transfer::member_facts_with(group, &server, (&mh, mp), &infos, held_data);
+    let live: Vec<&str> = members.iter().filter(|m| m.unfit_reason().is_none()).map(|m| m.pod.as_str()).collect();
+    let unfit: Vec<String> =
+        members.iter().filter_map(|m| m.unfit_reason().map(|r| format!("{}: {r}", m.pod))).collect();
+    let never_held = if !live.is_empty() || group.is_promoting() || has_data {
+        None
     } else {
-        format!("{what}; {config_file} already says so")
+        never_held_a_key(&s, &stats, group).await?
+    };
+    let volume = if has_data { "data" } else { "an empty volume" };
+    tracing::info!(gid, %server, volume, live = ?live, unfit = ?unfit, "codis still lists this pod as the group's master");
+    match decide(!live.is_empty(), group.is_promoting(), has_data, never_held) {
+        AsMaster::HandOver => hand_over(&s, config, &server, gid, has_data, kube_api.as_deref()).await,
+        AsMaster::StartWithData => {
+            tracing::warn!(gid, unfit = ?unfit, "no live replica with data: starting as the master with this volume's data");
+            start_as_master(
+                config,
+                &format!(
+                "{server} is group {gid}'s master; no live replica has data ({}), so it starts with the data on this \
+                 volume",
+                if unfit.is_empty() { "it has none".to_owned() } else { unfit.join("; ") }
+            ),
+            )
+        }
+        AsMaster::StartEmpty(why) => start_as_master(
+            config,
+            &format!("{server} is group {gid}'s master on an empty volume; the group never held a key ({why})"),
+        ),
+        AsMaster::Refuse => {
+            let message = format!(
+                "refusing to start {pod}: it is codis group {gid}'s master, its volume is empty ({} has no data), \
+                 the group held data (or etcd cannot say it did not) and no replica with data is live ({}); starting it would serve group {gid} \
+                 empty. Bring back a replica that has the data (this pod then hands over to it), or restore a backup",
+                data.display(),
+                if unfit.is_empty() { "the group has no other member".to_owned() } else { unfit.join("; ") }
+            );
+            tracing::error!(gid, pod = %pod, "{message}");
+            failover::announce(
+                kube_api.as_deref(),
+                &s.common.cluster.namespace,
+                &ObjectRef::pod(pod, None),
+                failover::REASON_REFUSED_START,
+                &message,
+                true,
+            )
+            .await;
+            Err(Error::Refused(message))
+        }
+    }
+}
+
+/// The session, retried within the budget while the dashboard cannot be reached; etcd is joined when it answers.
+async fn open_session(ctx: &Context) -> Result<Session<'_>> {
+    loop {
+        match Session::open_without_etcd_if_down(ctx).await {
+            Ok(s) => return Ok(s),
+            // A configuration error (the dashboard serves another product) does not fix itself: say so now.
+            Err(e @ Error::InvalidInput { .. }) => return Err(e),
+            Err(e) if ctx.budget.remaining() > CALL_TIMEOUT + RETRY_PAUSE => {
+                tracing::warn!(error = %e.one_line(), "codis not reachable yet; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `f` retried within the budget.
+async fn retry<T, F, Fut>(ctx: &Context, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e @ Error::InvalidInput { .. }) => return Err(e),
+            Err(e) if ctx.budget.remaining() > CALL_TIMEOUT + RETRY_PAUSE => {
+                tracing::warn!(error = %e.one_line(), "cannot {what} yet; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Codis could not be asked: start only as the replica the config already names, never as a master.
+fn fail_closed(config: &Path, why: &str) -> Result<String> {
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Error::invalid(crate::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", config.display())))?;
+    match persisted_master(&text) {
+        Some(master) => Ok(format!("{why}; starting as the replica of {master} that {} names", config.display())),
+        None => Err(Error::Refused(format!(
+            "{why}; {} makes this pika a master, which could be a second master of its group: not starting until \
+             codis answers",
+            config.display()
+        ))),
+    }
+}
+
+/// Members that still replicate this pod although Codis lists another master: a handover or failover stopped after
+/// its promote. They are re-pointed at Codis's master, under the group's transfer lock, before this pod starts, so
+/// that none resyncs from it while it is empty. A failure is fatal only when this volume is empty; with data here, a
+/// member left following this pod is merely chained behind a replica until the watcher's repair re-points it.
+async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &Path) -> Result<()> {
+    let gid = group.id;
+    let (host, port) = s.dial(server)?;
+    let others: Vec<String> =
+        group.servers.iter().map(|gs| gs.server.clone()).filter(|m| !m.eq_ignore_ascii_case(server)).collect();
+    let infos = transfer::survey_within(s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    let followers: Vec<&String> =
+        infos.iter().filter(|(_, i)| i.as_ref().is_ok_and(|i| i.follows(&host, port))).map(|(m, _)| m).collect();
+    if followers.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(gid, followers = ?followers, "members still follow this pod, no longer codis's master: re-pointing them first");
+    let result = async {
+        let etcd = match s.etcd.clone() {
+            Some(etcd) => etcd,
+            None => Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?,
+        };
+        let s = Session { ctx: s.ctx, common: s.common, dashboard: s.dashboard.clone(), etcd: Some(etcd) };
+        let mut lock = transfer::lock_group(&s, gid, s.ctx.budget.cap(s.ctx.budget.remaining() / 3)).await?;
+        let converged = transfer::converge(&s, gid).await;
+        if let Ok(c) = &converged {
+            transfer::clear_fence(&s, gid, &c.master).await;
+        }
+        crate::cluster::release(&mut lock).await;
+        converged.map(|_| ())
+    }
+    .await;
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if volume_has_data(data).unwrap_or(false) => {
+            tracing::warn!(gid, error = %e.one_line(), "could not re-point them; the watcher's repair will");
+            Ok(())
+        }
+        Err(e) => Err(Error::Refused(format!(
+            "group {gid}'s members {followers:?} still follow this pod, whose volume is empty, and could not be \
+             re-pointed at codis's master ({}); not starting, or they would resync from an empty pika",
+            e.one_line()
+        ))),
+    }
+}
+
+fn follow(s: &Session<'_>, config: &Path, server: &str, master: &str, gid: u32) -> Result<String> {
+    let (host, port) = s.dial(master)?;
+    let changed = set_replication(config, Some((&host, port)))?;
+    Ok(written(format!("{server} follows {master} in group {gid}"), config, changed))
+}
+
+fn start_as_master(config: &Path, what: &str) -> Result<String> {
+    let changed = set_replication(config, None)?;
+    Ok(written(what.to_owned(), config, changed))
+}
+
+fn written(what: String, config: &Path, changed: bool) -> String {
+    if changed {
+        format!("{what}; {} updated", config.display())
+    } else {
+        format!("{what}; {} already says so", config.display())
+    }
+}
+
+/// Moves mastership to the best live replica (or finishes the promote under way), then makes this pod its replica.
+async fn hand_over(
+    s: &Session<'_>,
+    config: &Path,
+    server: &str,
+    gid: u32,
+    has_data: bool,
+    kube_api: Option<&str>,
+) -> Result<String> {
+    let ctx = s.ctx;
+    let etcd = match s.etcd.clone() {
+        Some(etcd) => etcd,
+        None => retry(ctx, "reach etcd", || async { Ok(Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?) })
+            .await
+            .map_err(|e| {
+                Error::Refused(format!(
+                    "group {gid}'s mastership must move before this pod starts, which needs etcd for the fence: {}; \
+                     not starting",
+                    e.one_line()
+                ))
+            })?,
+    };
+    let s = Session { ctx, common: s.common, dashboard: s.dashboard.clone(), etcd: Some(etcd.clone()) };
+    let mut lock = retry(ctx, "take the group's transfer lock", || {
+        transfer::lock_group(&s, gid, ctx.budget.cap(ctx.budget.remaining() / 3))
+    })
+    .await?;
+    let t = Transfer { gid, from: server.to_owned(), candidate: None, rollout: None, unplanned: true };
+    let result = transfer::move_master(&s, &[&lock], &t).await;
+    crate::cluster::release(&mut lock).await;
+    let outcome = result?;
+    if outcome.master.eq_ignore_ascii_case(server) {
+        return Err(Error::Refused(format!("codis still lists {server} as group {gid}'s master; not starting")));
+    }
+    let (host, port) = s.dial(&outcome.master)?;
+    let changed = set_replication(config, Some((&host, port)))?;
+    if outcome.promoted {
+        let record = FailoverRecord {
+            gid,
+            at: failover::now_rfc3339(),
+            from: server.to_owned(),
+            to: outcome.master.clone(),
+            why: format!(
+                "its pod restarted {} with no switchover before; {}",
+                if has_data { "with its data" } else { "on an empty volume" },
+                outcome.basis.clone().unwrap_or_default()
+            ),
+            by: format!("rejoin {}", crate::transfer::pod_name(server)),
+            took_ms: u64::try_from(ctx.budget.elapsed().as_millis()).unwrap_or(u64::MAX),
+            lag_bytes: None,
+        };
+        let line = record.describe();
+        tracing::warn!(gid, from = %server, to = %outcome.master, "handed over before starting: {line}");
+        failover::store(&etcd, &s.prefix(), &record).await;
+        failover::announce(
+            kube_api,
+            &s.common.cluster.namespace,
+            &ObjectRef::cluster(&s.common.cluster.name),
+            failover::REASON_FAILOVER,
+            &line,
+            true,
+        )
+        .await;
+    }
+    Ok(written(
+        format!("{}; this pod starts as a replica of {}", outcome.describe(server), outcome.master),
+        config,
+        changed,
+    ))
+}
+
+/// Why the group never held a key, or `None` when it did (or that cannot be known: etcd unreachable).
+async fn never_held_a_key(s: &Session<'_>, stats: &Stats, group: &Group) -> Result<Option<&'static str>> {
+    if stats.slots_of(group.id).is_empty() && stats.slots_targeting(group.id).is_empty() {
+        return Ok(Some("it owns no slots"));
+    }
+    let key = failover::held_data_key(&s.prefix(), group.id);
+    let read = retry(s.ctx, "read etcd", || async {
+        let etcd = match &s.etcd {
+            Some(etcd) => etcd.clone(),
+            None => Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?,
+        };
+        Ok(etcd.get(&key).await?)
+    })
+    .await;
+    match read {
+        Ok(mark) if failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())) == failover::HeldData::Never => {
+            Ok(Some("the failover watcher saw its master with replication offset 0 and never above"))
+        }
+        Ok(_) => Ok(None),
+        Err(e) => {
+            tracing::warn!(gid = group.id, error = %e.one_line(), "cannot tell whether the group held data");
+            Ok(None)
+        }
+    }
+}
+
+/// pika's data directory according to its config: `db-path` (relative to the file's directory), else `<dir>/db`.
+#[must_use]
+pub fn data_dir_of(config: &Path) -> PathBuf {
+    let base = config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let text = std::fs::read_to_string(config).unwrap_or_default();
+    let db_path = text.lines().find_map(|line| {
+        let line = line.trim();
+        let rest = line.strip_prefix("db-path")?;
+        let value = rest.trim_start().strip_prefix(':').unwrap_or(rest).trim();
+        (!value.is_empty() && !line.starts_with('#')).then(|| value.to_owned())
+    });
+    match db_path {
+        Some(p) if Path::new(&p).is_absolute() => PathBuf::from(p),
+        Some(p) => base.join(p),
+        None => base.join("db"),
+    }
+}
+
+/// Whether `dir` holds anything: absent or without entries is an empty volume.
+///
+/// # Errors
+/// The directory exists but cannot be read (then nothing can be concluded, and the start is refused).
+pub fn volume_has_data(dir: &Path) -> Result<bool> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => Ok(entries.next().is_some()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::Refused(format!(
+            "cannot read pika's data directory {} ({e}): cannot tell whether this volume has data",
+            dir.display()
+        ))),
+    }
+}
+
+/// The master a config's replication line names (pika `slaveof : host:port`, redis `replicaof host port`).
+#[must_use]
+pub fn persisted_master(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let line = line.trim();
+        if line.starts_with('#') {
+            return None;
+        }
+        let key = line.split([' ', ':', '\t']).next().unwrap_or_default().to_ascii_lowercase();
+        if key != "slaveof" && key != "replicaof" {
+            return None;
+        }
+        let value = line[key.len()..].trim_start().trim_start_matches(':').trim();
+        let value = value.split_whitespace().collect::<Vec<_>>().join(":");
+        (!value.is_empty()).then_some(value)
     })
 }
 
@@ -69,6 +431,7 @@ pub fn set_replication(path: &Path, master: Option<(&str, u16)>) -> Result<bool>
     if updated == text {
         return Ok(false);
     }
+    crate::failpoint::step("write pika config");
     // Write beside and rename, so a crash never leaves pika a half-written config.
     let tmp = path.with_extension("rejoin.tmp");
     std::fs::write(&tmp, &updated)
@@ -122,5 +485,48 @@ mod tests {
             "port 7001\n# slaveof a b\nreplicaof 127.0.0.1 7002\n"
         );
         assert_eq!(with_replication(conf, None), "port 7001\n# slaveof a b\n");
+    }
+
+    #[test]
+    fn the_persisted_master_is_read_in_both_syntaxes() {
+        assert_eq!(persisted_master("port : 9221\nslaveof : m.svc:9221\n").as_deref(), Some("m.svc:9221"));
+        assert_eq!(persisted_master("port 1\nreplicaof 127.0.0.1 7000\n").as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(persisted_master("port : 9221\nslaveof : \n"), None);
+        assert_eq!(persisted_master("# replicaof a 1\nport 1\n"), None);
+    }
+
+    #[test]
+    fn the_data_directory_comes_from_db_path_relative_to_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("pika.conf");
+        std::fs::write(&conf, "port : 9221\ndb-path : /data/db/\n").unwrap();
+        assert_eq!(data_dir_of(&conf), PathBuf::from("/data/db/"));
+        std::fs::write(&conf, "db-path ./db2/\n").unwrap();
+        assert_eq!(data_dir_of(&conf), dir.path().join("./db2/"));
+        std::fs::write(&conf, "port 1\n").unwrap();
+        assert_eq!(data_dir_of(&conf), dir.path().join("db"));
+    }
+
+    #[test]
+    fn an_absent_or_empty_data_directory_is_an_empty_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        assert!(!volume_has_data(&db).unwrap(), "absent");
+        std::fs::create_dir(&db).unwrap();
+        assert!(!volume_has_data(&db).unwrap(), "empty");
+        std::fs::create_dir(db.join("db0")).unwrap();
+        assert!(volume_has_data(&db).unwrap(), "an entry");
+    }
+
+    #[test]
+    fn a_master_hands_over_whenever_a_replica_with_data_lives_and_starts_empty_only_over_an_empty_group() {
+        // A live replica with data, or a promote under way: hand over, data or not.
+        for has_data in [true, false] {
+            assert_eq!(decide(true, false, has_data, None), AsMaster::HandOver);
+            assert_eq!(decide(false, true, has_data, None), AsMaster::HandOver);
+        }
+        assert_eq!(decide(false, false, true, None), AsMaster::StartWithData);
+        assert_eq!(decide(false, false, false, Some("it owns no slots")), AsMaster::StartEmpty("it owns no slots"));
+        assert_eq!(decide(false, false, false, None), AsMaster::Refuse);
     }
 }

@@ -97,20 +97,35 @@ async fn switch(ctx: &Context) -> Result<String> {
         release(&mut lock).await;
         return Ok(format!("{me} left codis while waiting for the topology lock; nothing to move"));
     }
+    // The failover watcher or a restarting master's rejoin may be transferring this group right now.
+    let mut group_lock = match transfer::lock_group(&s, gid, ctx.budget.cap(ctx.budget.remaining() / 3)).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            release(&mut lock).await;
+            return Err(match e {
+                Error::InProgress { progress } => Error::Refused(format!(
+                    "switchover of {me} gave up {progress}: it gets one call, so nothing was changed"
+                )),
+                other => other,
+            });
+        }
+    };
     let t = Transfer {
         gid,
         from: me.clone(),
         candidate: candidate.as_ref().map(|c| (c.name.clone(), vars::KB_SWITCHOVER_CANDIDATE_FQDN)),
         rollout: rollout.as_ref(),
+        unplanned: false,
     };
     // Every wait inside is bounded by the budget; this bounds the calls that began just before it ran out.
     let hard = ctx.budget.remaining() + OVERRUN;
-    let result = match tokio::time::timeout(hard, transfer::move_master(&s, &lock, &t)).await {
+    let result = match tokio::time::timeout(hard, transfer::move_master(&s, &[&lock, &group_lock], &t)).await {
         Ok(result) => result,
         Err(_) => {
             Err(Error::InProgress { progress: format!("the transfer did not finish within the budget of {me}'s call") })
         }
     };
+    release(&mut group_lock).await;
     release(&mut lock).await;
     match result {
         Ok(outcome) => Ok(outcome.describe(&me)),

@@ -114,6 +114,7 @@ builtin!(
     "role-probe.tera",
     "rejoin.tera",
     "topology.tera",
+    "watch.tera",
     "common.tera",
 );
 

@@ -1,7 +1,8 @@
 //! `topology`, for people: each Codis group's servers in Codis's order, with what Codis says about each (index 0 is
 //! the master; the Pika fork also reports a role and a health state) next to what the pika itself says (`INFO
-//! replication`: role, whom it follows, link), and the group's transfer fence when etcd is given. Read-only: it
-//! changes nothing anywhere.
+//! replication`: role, whom it follows, link), and, when etcd is given, the group's transfer fence and its last
+//! failover (when, from, to, why, by whom: the watcher or a restarting master's `rejoin`). Read-only: it changes
+//! nothing anywhere.
 //!
 //! A group is flagged `DISAGREE` when Codis's `servers[0]` is not a pika master, another member is one, a member
 //! does not follow `servers[0]`, a promote is left in progress, the fork reports a role the pika does not have, or a
@@ -17,6 +18,7 @@ use crate::codis::Group;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::failover::{self, FailoverRecord};
 use crate::pika::{Replication, Role};
 use crate::transfer;
 
@@ -28,6 +30,10 @@ pub async fn run(ctx: &Context) -> Result<String> {
     let s = Session::open_without_etcd_if_down(ctx).await?;
     let stats = s.stats().await?;
     let mut names = cluster::shards_by_group(&stats);
+    let failovers = match &s.etcd {
+        Some(etcd) => failover::last_failovers(etcd, &s.prefix()).await.unwrap_or_default(),
+        None => Default::default(),
+    };
     let mut report = String::new();
     let mut flagged = Vec::new();
     for group in &stats.group.models {
@@ -43,6 +49,7 @@ pub async fn run(ctx: &Context) -> Result<String> {
             slots: stats.slots_of(group.id).len(),
             infos: &infos,
             fence: fence.as_deref(),
+            last_failover: failovers.get(&group.id),
         };
         let problems = view.render(&mut report, |server| s.dial(server).ok());
         if problems > 0 {
@@ -78,6 +85,8 @@ pub struct GroupView<'a> {
     pub infos: &'a BTreeMap<String, Result<Replication, String>>,
     /// The transfer fence in etcd, if any.
     pub fence: Option<&'a str>,
+    /// The group's last failover, if any.
+    pub last_failover: Option<&'a FailoverRecord>,
 }
 
 impl GroupView<'_> {
@@ -148,6 +157,13 @@ impl GroupView<'_> {
             };
             let _ = writeln!(out, "  [{i}] {}  codis {codis}  pika {pika}", gs.server);
         }
+        if let Some(record) = self.last_failover {
+            let _ = writeln!(
+                out,
+                "  last failover {}: {} -> {} ({}; by {}, {} ms)",
+                record.at, record.from, record.to, record.why, record.by, record.took_ms
+            );
+        }
         if problems.is_empty() {
             out.push_str("  ok\n");
         } else {
@@ -205,7 +221,14 @@ mod tests {
 
     fn render(infos: &BTreeMap<String, Result<Replication, String>>) -> (String, usize) {
         let g = group();
-        let view = GroupView { group: &g, shard: Some("c1-pika-x7k".into()), slots: 1024, infos, fence: None };
+        let view = GroupView {
+            group: &g,
+            shard: Some("c1-pika-x7k".into()),
+            slots: 1024,
+            infos,
+            fence: None,
+            last_failover: None,
+        };
         let mut out = String::new();
         let n = view.render(&mut out, dial);
         (out, n)

@@ -1,10 +1,14 @@
-//! The fenced master transfer that `switchover` and `member-leave` share: choose a new master, write it down as the
-//! group's expected master in etcd, promote it through Codis, re-point every other member, and confirm.
+//! The fenced master transfer that `switchover`, `member-leave`, the failover watcher and `rejoin` share: choose a
+//! new master, write it down as the group's expected master in etcd, promote it through Codis, re-point every other
+//! member, and confirm.
 //!
 //! The algorithm is reference/primary-transfer.md §7.3 with PD's lessons (§3) applied to a Codis group:
 //!
-//! 1. Everything happens under the cluster's topology lock ([`Session::lock_topology`]), so transfers never
-//!    interleave with each other nor with registrations and drains.
+//! 1. Every transfer holds its group's transfer lock ([`lock_group`]), so two transfers of one group never
+//!    interleave. Planned ones (switchover, member-leave) take it inside the cluster's topology lock
+//!    ([`Session::lock_topology`]), so they never interleave with registrations and drains either; unplanned ones
+//!    (the failover watcher, `rejoin` handing over) take only the group lock, since a drain may hold the topology
+//!    lock while it waits on the very group whose master is gone.
 //! 2. **The fence** `<cluster prefix>/fence/<gid>` names the member being promoted. It is written *before* the promote
 //!    (compare-and-put on the value read, so a fence that changed under us stops the transfer with nothing done),
 //!    compared again right before acting, bound to a [`FENCE_TTL`] lease so a failed transfer never blocks the group,
@@ -115,7 +119,16 @@ pub fn is_transient_refusal(err: &pika::Error) -> bool {
 /// `INFO replication` of each of `servers`, asked concurrently (a dead pod costs one timeout, not one per member);
 /// an error text for those that could not be asked.
 pub async fn survey(s: &Session<'_>, servers: &[String]) -> BTreeMap<String, Result<Replication, String>> {
-    let timeout = s.ctx.budget.cap(CALL_TIMEOUT);
+    survey_within(s, servers, CALL_TIMEOUT).await
+}
+
+/// [`survey`] with a shorter timeout per member: a failover asks only members that answer promptly.
+pub async fn survey_within(
+    s: &Session<'_>,
+    servers: &[String],
+    timeout: Duration,
+) -> BTreeMap<String, Result<Replication, String>> {
+    let timeout = s.ctx.budget.cap(timeout);
     let mut tasks = tokio::task::JoinSet::new();
     for server in servers {
         let server = server.clone();
@@ -144,14 +157,34 @@ pub async fn survey(s: &Session<'_>, servers: &[String]) -> BTreeMap<String, Res
 /// The facts [`plan::choose_new_master`] ranks, for the master `from` and every other member of `group`.
 ///
 /// A replica's lag is the master's offset minus its own. When the master cannot be asked (a member-leave of a dead
-/// pod), no replica's link can be up, so the link is not required and the lag is measured from the most advanced
-/// replica instead: the one with the most data is the one to promote.
+/// pod, a failover, a master restarting), no replica's link can be up, so the link is not required and the lag is
+/// measured from the most advanced replica instead: the one with the most data is the one to promote. A replica
+/// that may hold nothing then counts as not eligible (see [`member_facts_with`]): promoting it would make every
+/// other member resync from an empty master. Without knowing better, the group is taken to have held data.
+///
+/// The fork's health `state` vetoes only `2` (offline): `1` (one missed check) is the fork's own stale guess, which
+/// the fresh `INFO` asked here supersedes, and under this product's dormant fork settings it is not re-checked for
+/// an hour.
 #[must_use]
 pub fn member_facts(
     group: &Group,
     from: &str,
     master_dial: (&str, u16),
     infos: &BTreeMap<String, Result<Replication, String>>,
+) -> (MemberFacts, Vec<MemberFacts>) {
+    member_facts_with(group, from, master_dial, infos, true)
+}
+
+/// [`member_facts`], knowing whether the group ever held data (`held_data`, [`crate::failover`]'s mark): with the
+/// master gone, a replica at offset 0 is unfit only when the group held data, since then it cannot have it; a
+/// replica whose link never came up since it started is unfit either way.
+#[must_use]
+pub fn member_facts_with(
+    group: &Group,
+    from: &str,
+    master_dial: (&str, u16),
+    infos: &BTreeMap<String, Result<Replication, String>>,
+    held_data: bool,
 ) -> (MemberFacts, Vec<MemberFacts>) {
     let master_info = infos.get(from).and_then(|r| r.as_ref().ok());
     let master_down = master_info.is_none();
@@ -161,7 +194,9 @@ pub fn member_facts(
     let reference = if master_down { best } else { master_info.and_then(|i| i.offset) };
     let facts = |srv: &str| {
         let info = infos.get(srv).and_then(|r| r.as_ref().ok());
-        let state_ok = group.server(srv).is_none_or(|gs| gs.state.unwrap_or(0) == 0);
+        let state_ok = group.server(srv).is_none_or(|gs| gs.state.unwrap_or(0) != 2);
+        let never_synced =
+            master_down && info.is_some_and(|i| i.never_linked || (held_data && i.offset.unwrap_or(0) == 0));
         MemberFacts {
             pod: pod_name(srv).to_owned(),
             ordinal: ordinal(srv).unwrap_or(0),
@@ -169,7 +204,7 @@ pub fn member_facts(
             role_slave: info.is_some_and(|i| i.role.is_slave()),
             follows_current: info.is_some_and(|i| i.follows(master_dial.0, master_dial.1)),
             link_up: info.is_some_and(|i| i.link_up || master_down),
-            eligible: info.and_then(|i| i.eligible),
+            eligible: if never_synced { Some(false) } else { info.and_then(|i| i.eligible) },
             lag: match (reference, info.and_then(|i| i.offset)) {
                 (Some(r), Some(o)) => Some(r.saturating_sub(o)),
                 _ => None,
@@ -195,6 +230,46 @@ pub struct Transfer<'a> {
     pub candidate: Option<(String, &'static str)>,
     /// Which pods the rollout in progress already updated, when known.
     pub rollout: Option<&'a RolloutFacts>,
+    /// The old master is gone or about to start empty (a failover, or `rejoin` handing over): it is not asked
+    /// anything (it cannot answer, or would answer only after a timeout), nobody waits for replicas to catch up
+    /// with it, members are given [`UNPLANNED_SURVEY_TIMEOUT`] to answer, and an unreachable proxy does not stop
+    /// the promote (writes to the group fail anyway until it is done).
+    pub unplanned: bool,
+}
+
+/// How long a member may take to answer `INFO` during an unplanned transfer.
+pub const UNPLANNED_SURVEY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a per-group transfer lock outlives a holder that crashed: short, because a failover waits for it.
+pub const GROUP_LOCK_TTL: Duration = Duration::from_secs(6);
+
+/// The etcd key of group `gid`'s transfer lock: `<cluster prefix>/locks/group-<gid>`.
+#[must_use]
+pub fn group_lock_key(prefix: &str, gid: u32) -> String {
+    format!("{}/locks/group-{gid}", prefix.trim_end_matches('/'))
+}
+
+/// Takes group `gid`'s transfer lock, waiting at most `wait`.
+///
+/// Every transfer of a group's mastership holds it: switchover and member-leave (inside the topology lock), the
+/// failover watcher and `rejoin` (without the topology lock, which a drain may hold for minutes while it waits on
+/// the very group that lost its master). So two transfers of one group never interleave, and recovery never waits
+/// behind a topology change.
+///
+/// # Errors
+/// [`Error::InProgress`] when another holder kept it for the whole wait; etcd errors.
+pub async fn lock_group(s: &Session<'_>, gid: u32, wait: Duration) -> Result<LockGuard> {
+    let key = group_lock_key(&s.prefix(), gid);
+    let holder = format!("{} {}", s.ctx.event.action(), std::process::id());
+    match s.etcd()?.lock(&key, GROUP_LOCK_TTL, wait, &holder).await {
+        Ok(guard) => Ok(guard),
+        Err(crate::etcd::Error::LockBusy { holder, .. }) => Err(Error::InProgress {
+            progress: format!(
+                "waiting for group {gid}'s transfer lock, held by {}",
+                holder.as_deref().unwrap_or("another transfer")
+            ),
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What a transfer did.
@@ -232,7 +307,9 @@ impl Outcome {
     }
 }
 
-/// Moves group `t.gid`'s mastership away from `t.from` and converges the group; must run under `lock`.
+/// Moves group `t.gid`'s mastership away from `t.from` and converges the group; must run under `guards` (the
+/// group's transfer lock, plus the topology lock or the watcher's election lease), every one of which is checked
+/// to be still held right before the promote.
 ///
 /// Idempotent: when Codis already lists another master (a previous run got that far, or the fork failed over) it
 /// only converges; a promote left in progress is resumed with its own address; a fence left by a crashed run is
@@ -241,7 +318,7 @@ impl Outcome {
 /// # Errors
 /// [`Error::InvalidInput`] for an unfit candidate (nothing changed); [`Error::Refused`] when no replica can take
 /// over or the fence changed under us; [`Error::InProgress`] when the budget ran out (the rerun resumes).
-pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) -> Result<Outcome> {
+pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_>) -> Result<Outcome> {
     let gid = t.gid;
     let mut promoted = false;
     let mut basis = None;
@@ -279,9 +356,17 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
 
         // Choose, honouring a fence left by an earlier run.
         let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
-        let infos = survey(s, &servers).await;
+        let infos = if t.unplanned {
+            let others: Vec<String> =
+                servers.iter().filter(|srv| !srv.eq_ignore_ascii_case(&master)).cloned().collect();
+            survey_within(s, &others, UNPLANNED_SURVEY_TIMEOUT).await
+        } else {
+            survey(s, &servers).await
+        };
         let (mh, mp) = s.dial(&master)?;
-        let (current, members) = member_facts(group, &master, (&mh, mp), &infos);
+        let held_data =
+            if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
+        let (current, members) = member_facts_with(group, &master, (&mh, mp), &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
         let fenced = fence.as_ref().map(|e| pod_name(&e.value).to_owned());
@@ -296,7 +381,7 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
 
         // A promote pushes the group's slots to every proxy; one the dashboard cannot reach would leave it stuck in
         // `preparing` with the group locked. Refuse before anything is written.
-        if let Some((proxy, why)) = stats.unreachable_proxy() {
+        if let Some((proxy, why)) = stats.unreachable_proxy().filter(|_| !t.unplanned) {
             return Err(Error::Refused(format!(
                 "codis cannot reach proxy {} ({why}): a promote of group {gid} would stall; bring the proxy back or \
                  remove it first; nothing was changed",
@@ -314,7 +399,9 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
             });
         }
         write_fence(s, gid, fence.as_ref(), &to).await?;
-        catch_up(s, &master, &to).await;
+        if !t.unplanned {
+            catch_up(s, &master, &to).await;
+        }
 
         // Compare before acting: the fence still names our target, we still hold the lock, Codis has not moved.
         let now = s.etcd()?.get(&key).await?;
@@ -324,8 +411,13 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
                 now.map_or_else(|| "nothing".to_owned(), |e| e.value)
             )));
         }
-        if !lock.is_held().await {
-            return Err(Error::Refused(format!("lost the topology lock before promoting {to}; nothing promoted")));
+        for guard in guards {
+            if !guard.is_held().await {
+                return Err(Error::Refused(format!(
+                    "lost the lock {} before promoting {to}; nothing promoted",
+                    guard.key()
+                )));
+            }
         }
         let fresh = s.stats().await?;
         let g = group_of(&fresh, gid)?;
@@ -336,6 +428,19 @@ pub async fn move_master(s: &Session<'_>, lock: &LockGuard, t: &Transfer<'_>) ->
         promote(s, gid, &to).await?;
         promoted = true;
         basis = Some(why);
+    }
+}
+
+/// Whether group `gid` held data, for judging replicas at replication offset 0: `true` once the watcher saw its
+/// master above offset 0, or when etcd cannot say. Without a mark a replica at offset 0 that completed a sync still
+/// counts as fit: it copied a master that had taken no write (a replica that never linked is unfit anyway).
+pub async fn group_held_data(s: &Session<'_>, gid: u32) -> bool {
+    let Ok(etcd) = s.etcd() else { return true };
+    match etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await {
+        Ok(mark) => {
+            crate::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())) == crate::failover::HeldData::Held
+        }
+        Err(_) => true,
     }
 }
 
@@ -458,7 +563,8 @@ async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
             None => tracing::debug!(gid, to, "promote answered but codis has not settled yet"),
         }
         s.ctx.budget.check(|| format!("promoting {to} in group {gid}: codis has not finished the promote"))?;
-        tokio::time::sleep(s.ctx.budget.cap(POLL * 5)).await;
+        // Codis refuses a promote only while a migration batch is on the wire: the next gap comes soon.
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
 }
 
@@ -603,12 +709,20 @@ async fn repoint(s: &Session<'_>, server: &str, host: &str, port: u16) -> Result
 /// # Errors
 /// Only when the master's address cannot be dialled (a malformed override).
 pub async fn is_converged(s: &Session<'_>, group: &Group) -> Result<bool> {
+    is_converged_within(s, group, CALL_TIMEOUT).await
+}
+
+/// [`is_converged`], giving each member `timeout` to answer (one that does not is skipped, as unreachable).
+///
+/// # Errors
+/// Only when the master's address cannot be dialled (a malformed override).
+pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Duration) -> Result<bool> {
     let Some(master) = group.master() else { return Ok(true) };
     if group.is_promoting() {
         return Ok(false);
     }
     let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
-    let infos = survey(s, &servers).await;
+    let infos = survey_within(s, &servers, timeout).await;
     let (host, port) = s.dial(master)?;
     if let Some(Ok(info)) = infos.get(master) {
         if info.role.is_slave() {
@@ -732,6 +846,29 @@ mod tests {
         assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(5), Some(0)]);
         let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
         assert_eq!(choice.pod, "c1-pika-x7k-2");
+    }
+
+    #[test]
+    fn with_the_master_gone_a_replica_that_may_hold_nothing_is_not_promoted() {
+        let g = group(3);
+        let replica = |offset: u64, down_since: &str| {
+            Ok(parse_replication(&format!(
+                "role:slave\r\nmaster_host:127.0.0.1\r\nmaster_port:7000\r\nmaster_link_status:down\r\n\
+                 slave_repl_offset:{offset}\r\nmaster_link_down_since_seconds:{down_since}\r\n"
+            )))
+        };
+        let infos = BTreeMap::from([
+            (server(0), Err("connection refused".to_owned())),
+            (server(1), replica(0, "4")),
+            (server(2), replica(1, "-1")),
+        ]);
+        // Never linked since it started (a restart on an empty volume): unfit whatever its offset says.
+        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, false);
+        assert_eq!(members[1].unfit_reason(), Some("not eligible for master election"));
+        // Offset 0 is fine for a group that never held data, and unfit for one that did.
+        assert_eq!(members[0].unfit_reason(), None);
+        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, true);
+        assert_eq!(members[0].unfit_reason(), Some("not eligible for master election"));
     }
 
     #[test]

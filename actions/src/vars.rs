@@ -55,6 +55,14 @@ names! {
     POD_NAME,
     /// The local pika's config file, edited by `rejoin` before pika starts (default `/data/pika.conf`).
     PIKA_CONFIG_FILE,
+    /// pika's data directory, which `rejoin` checks for data (default: the config file's `db-path`).
+    PIKA_DATA_DIR,
+    /// `watch`: how long a master must fail every probe before it is failed over, in milliseconds (default 2000).
+    FAILOVER_DETECTION_MS,
+    /// `watch`: how often each master is probed, in milliseconds (default 500).
+    WATCH_PROBE_INTERVAL_MS,
+    /// `watch`: the TTL of the watchers' election lease in seconds (default 5).
+    WATCH_LEASE_SECONDS,
     /// 1.0.x: the cluster's components.
     KB_CLUSTER_COMPONENT_LIST,
     /// 1.0.x: the cluster's components being deleted.
@@ -290,5 +298,24 @@ group!(
         pod_name => POD_NAME;
         /// the local pika's config file, whose `slaveof` is set before pika starts [default: /data/pika.conf]
         pika_config_file => PIKA_CONFIG_FILE;
+        /// pika's data directory: absent or empty means this pod came back on an empty volume [default: the
+        /// config file's `db-path`, relative to the file's directory]
+        pika_data_dir => PIKA_DATA_DIR;
+    }
+);
+
+group!(
+    /// The failover watcher's settings.
+    WatchVars ("Failover watcher") {
+        /// how long a master must fail every probe (no answer, refused, timed out) before it is failed over, in
+        /// milliseconds; a master that answers within this, however slowly, is never failed over [default: 2000]
+        failover_detection_ms => FAILOVER_DETECTION_MS;
+        /// how often each group's master is probed (`INFO replication`), in milliseconds [default: 500]
+        watch_probe_interval_ms => WATCH_PROBE_INTERVAL_MS;
+        /// TTL of the etcd lease that elects the one acting watcher, in seconds; a dead leader is replaced within
+        /// about this [default: 5]
+        watch_lease_seconds => WATCH_LEASE_SECONDS;
+        /// this watcher's pod (the container sets it from `metadata.name`); names the leader in etcd and logs
+        pod_name => POD_NAME;
     }
 );

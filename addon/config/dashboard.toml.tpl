@@ -17,10 +17,17 @@ migration_async_maxbytes = {{ .Values.codis.dashboard.migrationAsyncMaxbytes | q
 migration_async_numkeys = {{ .Values.codis.dashboard.migrationAsyncNumkeys | int }}
 migration_timeout = {{ .Values.codis.dashboard.migrationTimeout | quote }}
 
-# The fork's built-in failover; pika-action's switchover and rejoin keep it consistent with KubeBlocks' roles.
+# The fork's built-in failover. With pika-action's failover watcher on (failover.enabled), it is kept dormant (a check
+# an hour, 127 of them before it acts), so that only the fenced watcher replaces a dead master; off, the fork's own
+# HA acts. pika-action's switchover and rejoin keep either consistent with KubeBlocks' roles.
 sentinel_check_server_state_interval = "10s"
+{{- if .Values.failover.enabled }}
+sentinel_check_master_failover_interval = "3600s"
+sentinel_master_dead_check_times = 127
+{{- else }}
 sentinel_check_master_failover_interval = "2s"
 sentinel_master_dead_check_times = 10
+{{- end }}
 sentinel_check_offline_server_interval = "2s"
 sentinel_client_timeout = "10s"
 sentinel_quorum = 2

@@ -2,7 +2,9 @@
 # The pika container's start-up. Three steps, each needed before pika serves a client:
 #   1. merge KubeBlocks' settings into the persisted pika.conf on the data volume;
 #   2. `pika-action rejoin`: if Codis lists this pod in a group whose master is another pod, point the persisted
-#      `slaveof` at that master, so that a restarted or rescheduled pod never comes back as a second master;
+#      `slaveof` at that master, so that a restarted or rescheduled pod never comes back as a second master; if
+#      Codis still lists this pod as the master, hand mastership to the most advanced live replica first (or refuse
+#      to start an empty master over a group that held data);
 #   3. exec pika on the persisted file.
 #
 # The persisted file is pika's own (CONFIG REWRITE writes slaveof, replication-id and run-id there) and survives

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod codis;
+pub mod forwarder;
 mod httpd;
 pub mod kubeblocks;
 pub mod process;
@@ -15,6 +16,7 @@ pub mod transcript;
 pub mod workload;
 
 pub use codis::{CodisDouble, DoubleOptions, Fault, MigrationHold, Snapshot};
+pub use forwarder::Forwarder;
 pub use process::{free_port, EtcdServer, RedisServer};
 pub use proxy::{ProxyDouble, ProxyOptions};
 pub use workload::{Ledger, Verification, Workload, WorkloadOptions};

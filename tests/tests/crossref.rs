@@ -783,6 +783,8 @@ fn pika_is_configured_for_codis_slot_migration_and_persists_its_config_on_the_da
         assert!(conf[key].starts_with(&format!("{mount}/")), "{key} {} is not under {mount}", conf[key]);
     }
     assert!(str_at(var(group, "PIKA_CONFIG_FILE"), "value").starts_with(&format!("{mount}/")));
+    // rejoin tells an empty volume by pika's own data directory.
+    assert_eq!(str_at(var(group, "PIKA_DATA_DIR"), "value"), conf["db-path"].trim_end_matches('/'));
     // Parameters: every changeable one is in the CUE schema, slotmigrate and the layout are immutable.
     let pd = of_kind(docs, "ParametersDefinition").next().expect("PD");
     let cue = str_at(&pd.object, "spec.parametersSchema.cue");
@@ -1225,4 +1227,61 @@ fn every_var_naming_another_component_resolves_while_the_shards_are_created_and_
         }
         assert!(checked >= 3, "line {line}: the dashboard address, etcd endpoints and password: {checked}");
     }
+}
+
+#[test]
+fn the_failover_watcher_runs_beside_the_dashboard_sees_what_it_reads_and_the_forks_ha_stays_dormant() {
+    for line in LINES {
+        let docs = addon(line);
+        let dashboard = &cmpd(docs, "pika-codis-dashboard-").object;
+        let watcher = container(dashboard, "failover-watcher");
+        assert_eq!(strings(array_at(watcher, "command")), [ACTION_BIN, "watch"]);
+        let group = &cmpd(docs, "pika-group-").object;
+        assert_eq!(watcher["image"], container(group, "install-pika-action")["image"], "the one pika-action image");
+        // Vars are in every container's environment; the container adds its own.
+        let mut visible = var_names(dashboard);
+        visible.extend(env_names(array_at(watcher, "env")));
+        for name in reads("watch") {
+            if !LEFT_UNSET.contains(&name.as_str()) {
+                assert!(visible.contains(&name), "line {line}: `pika-action watch` reads {name}, not in its container");
+            }
+        }
+        let env = array_at(watcher, "env");
+        let value = |name: &str| str_at(env.iter().find(|e| e["name"] == name).expect(name), "value").to_owned();
+        assert_eq!(value("KUBEBLOCKS_LINE"), line);
+        assert_eq!(value("CODIS_PRODUCT_NAME"), "$(CLUSTER_NAME)", "the product the dashboard serves");
+        assert_eq!(value("PIKA_PORT"), str_at(var(group, "PIKA_PORT"), "value"));
+        let detection: u64 = value("FAILOVER_DETECTION_MS").parse().expect("a number");
+        let interval: u64 = value("WATCH_PROBE_INTERVAL_MS").parse().expect("a number");
+        assert!(interval < detection, "a master would be failed over on one missed probe");
+        let rules = array_at(dashboard, "spec.policyRules");
+        assert!(
+            rules.iter().any(|r| strings(array_at(r, "resources")) == ["events"]
+                && strings(array_at(r, "verbs")).contains(&"create")),
+            "line {line}: the watcher records failovers as Events"
+        );
+        // Only one failover acts: the fork's own is pushed out of reach (an hour per check, 127 checks).
+        let codis = find(docs, "ConfigMap", "pika-codis-config-0.1.0");
+        let toml = codis.object["data"]["dashboard.toml"].as_str().expect("dashboard.toml");
+        assert_eq!(toml_value(toml, "sentinel_check_master_failover_interval"), "3600s");
+        assert_eq!(toml_value(toml, "sentinel_master_dead_check_times"), "127");
+    }
+    // Disabled: no watcher, and the fork's HA is on.
+    let docs = helm()
+        .render(
+            &addon_dir(),
+            &Options::release("pika", "kb-system").set("kubeblocksLine=1.0").set("failover.enabled=false"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dashboard = &cmpd(&docs, "pika-codis-dashboard-").object;
+    assert!(containers(dashboard).iter().all(|c| c["name"] != "failover-watcher"));
+    let codis = find(&docs, "ConfigMap", "pika-codis-config-0.1.0");
+    let toml = codis.object["data"]["dashboard.toml"].as_str().expect("dashboard.toml");
+    assert_eq!(toml_value(toml, "sentinel_check_master_failover_interval"), "2s");
+    // A probe interval not below the detection time is refused at render time.
+    let refused = helm().render(
+        &addon_dir(),
+        &Options::release("pika", "kb-system").set("failover.detectionMs=500").set("failover.probeIntervalMs=500"),
+    );
+    assert!(refused.is_err_and(|e| e.to_string().contains("probeIntervalMs")), "not refused");
 }

@@ -1,0 +1,737 @@
+//! `watch`: the failover watcher, a long-running `pika-action` beside the codis-dashboard.
+//!
+//! KubeBlocks has no failover for this engine and deletes a pod even when its switchover failed, and the Pika fork's
+//! own dashboard HA takes about 30 s and is not fenced; so this process replaces a dead master:
+//!
+//! 1. **Election.** Every copy campaigns for the lock `<cluster prefix>/locks/watcher` in etcd (lease of
+//!    `WATCH_LEASE_SECONDS`, renewed in the background). Exactly one leads; the others wait in the lock's queue and
+//!    take over when the leader's lease ends (released on SIGTERM, expired after a crash or a partition). A leader
+//!    that cannot confirm its lease stops acting at once, and every promote checks the lease right before it is
+//!    sent ([`transfer::move_master`]), so a watcher that lost its lease never acts.
+//! 2. **Detection** ([`Detector`]). The leader probes each group's master (Codis's `servers[0]`) with `INFO
+//!    replication` every `WATCH_PROBE_INTERVAL_MS` over a kept connection, each probe waiting up to
+//!    `FAILOVER_DETECTION_MS`. A master whose every probe failed for that long is dead; one that answers, however
+//!    slowly, within it is not.
+//! 3. **Failover.** For a dead master of a group with replicas: take the group's transfer lock (never the topology
+//!    lock, which a drain may hold while it waits on this very group), then the fenced, unplanned transfer of
+//!    [`transfer`]: the most advanced replica that completed a sync is fenced in etcd, promoted through Codis
+//!    (retried between migration batches, which Codis allows), the other replicas follow it, and the old master is
+//!    left for `rejoin` to re-point when its pod restarts. Replicas that are down are left alone: nothing is ever
+//!    deleted from Codis, no pod is shut down. The change is logged, stored ([`failover`]) for `topology`, and
+//!    recorded as a Kubernetes Event on the Cluster when an API is reachable.
+//! 4. **Repair.** The old master may come back without restarting (a network partition that heals, a frozen
+//!    process): it still says `role:master`, though Codis routes to the new one. It is probed like a master, and the
+//!    moment it answers its group is converged, which makes it follow the new master. Every group is also checked
+//!    for members that do not follow Codis's `servers[0]` every [`REPAIR_EVERY`] and converged under the group lock.
+//! 5. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
+//!    seen above zero, as having held data. `rejoin` starts an empty master with no replica left only over the first
+//!    mark, and refuses otherwise (no mark: nobody can say).
+//!
+//! Everything the leader does is one of the crash-safe, idempotent steps of [`transfer`]: a watcher killed at any
+//! point is replaced by one that finds the fence, the promote in progress or the unconverged group and finishes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::time::Instant;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::budget::Budget;
+use crate::cluster::{release, Session, CALL_TIMEOUT};
+use crate::codis::{Dashboard, Group, Stats};
+use crate::context::Context;
+use crate::detector::{Detector, Verdict};
+use crate::error::{Error, Result};
+use crate::etcd::{self, Etcd, LockGuard};
+use crate::event::{Common, Event};
+use crate::failover::{self, FailoverRecord};
+use crate::kube::ObjectRef;
+use crate::pika::{self, Pika, Replication};
+use crate::transfer::{self, Transfer};
+
+/// How often every group is checked for members that do not follow its master.
+pub const REPAIR_EVERY: Duration = Duration::from_secs(30);
+/// How long a failover waits for its group's transfer lock before it tries again on a later tick.
+const GROUP_LOCK_WAIT: Duration = Duration::from_millis(300);
+/// The first pause before a failover that failed is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest pause between two failover attempts of one group.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The etcd key the watchers elect their leader with: `<cluster prefix>/locks/watcher`.
+#[must_use]
+pub fn leader_key(prefix: &str) -> String {
+    format!("{}/locks/watcher", prefix.trim_end_matches('/'))
+}
+
+/// The watcher's settings, from its event.
+#[derive(Debug, Clone)]
+struct Settings {
+    detection: Duration,
+    interval: Duration,
+    lease: Duration,
+    identity: String,
+    kube_api: Option<String>,
+}
+
+impl Settings {
+    fn of(ctx: &Context) -> Result<Self> {
+        let Event::Watch { detection_ms, probe_interval_ms, lease_seconds, pod, kube_api, .. } = &ctx.event else {
+            return Err(Error::Refused("watch got another action's event".into()));
+        };
+        Ok(Self {
+            detection: Duration::from_millis(*detection_ms),
+            interval: Duration::from_millis(*probe_interval_ms),
+            lease: Duration::from_secs(*lease_seconds),
+            identity: pod.clone().unwrap_or_else(|| format!("pid-{}", std::process::id())),
+            kube_api: kube_api.clone(),
+        })
+    }
+
+    /// How often the leader looks at its clock: fine enough that detection is late by little.
+    fn tick(&self) -> Duration {
+        (self.interval / 5).clamp(Duration::from_millis(10), Duration::from_millis(50))
+    }
+
+    /// How often Codis's topology is read again: its stats carry every slot and every server's INFO, the bulk of the
+    /// watcher's idle cost. A master moved by someone else is found by then; a failover re-reads before it acts.
+    fn refresh(&self) -> Duration {
+        (self.interval * 6).max(Duration::from_secs(3))
+    }
+}
+
+/// Runs the watcher until SIGTERM or SIGINT.
+pub async fn run(ctx: &Context) -> Result<String> {
+    let settings = Settings::of(ctx)?;
+    let common = ctx.event.common().ok_or_else(|| Error::Refused("watch has no cluster".into()))?;
+    if common.etcd.is_empty() {
+        return Err(Error::invalid(crate::vars::ETCD_ENDPOINTS, "is not set: the watchers elect their leader there"));
+    }
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    tracing::info!(
+        identity = %settings.identity,
+        detection_ms = settings.detection.as_millis(),
+        probe_interval_ms = settings.interval.as_millis(),
+        lease_s = settings.lease.as_secs(),
+        "failover watcher starting"
+    );
+    let ctx = Arc::new(ctx.clone());
+    let mut quiet = false;
+    while !*stop.borrow() {
+        match serve(&ctx, common, &settings, stop.clone()).await {
+            Ok(()) => quiet = false,
+            Err(e) => {
+                if !quiet {
+                    tracing::warn!(error = %e.one_line(), "watcher cannot work now; retrying");
+                }
+                quiet = true;
+                let mut stop = stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+    Ok("failover watcher stopped".to_owned())
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("signal received; the watcher stops");
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// One term: connect, campaign, lead until the lease is lost or a stop is asked.
+async fn serve(
+    ctx: &Arc<Context>,
+    common: &Common,
+    settings: &Settings,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let etcd = Etcd::connect(&common.etcd, CALL_TIMEOUT).await?;
+    let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), CALL_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            crate::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
+                crate::vars::CODIS_PRODUCT_NAME,
+                format!("is {expected:?} but the dashboard serves product {actual:?}"),
+            ),
+            other => other.into(),
+        })?;
+    let prefix = etcd::cluster_prefix(&common.cluster.namespace, &common.cluster.name);
+    let key = leader_key(&prefix);
+    let holder = format!("watcher {} pid {}", settings.identity, std::process::id());
+    let mut announced = false;
+    let guard = loop {
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            taken = etcd.lock(&key, settings.lease, settings.lease * 4, &holder) => match taken {
+                Ok(guard) => break guard,
+                Err(etcd::Error::LockBusy { holder, .. }) => {
+                    if !announced {
+                        tracing::info!(leader = holder.as_deref().unwrap_or("unknown"), "standing by: another watcher leads");
+                        announced = true;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            },
+        }
+    };
+    tracing::info!(lock = %key, "leading: this watcher acts on failed masters");
+    let leader = Arc::new(guard);
+    let result = Leader::new(ctx, settings, dashboard, etcd, Arc::clone(&leader), prefix).lead(stop).await;
+    // Jobs still holding the lease are aborted by now; if one has not let go yet, dropping it revokes in the
+    // background, and otherwise the lease simply expires.
+    if let Ok(mut guard) = Arc::try_unwrap(leader) {
+        if let Err(e) = guard.release().await {
+            tracing::info!(error = %e, "could not release the election lease; it expires by itself");
+        }
+    }
+    tracing::info!("no longer leading");
+    result
+}
+
+/// What the leader knows of one group.
+#[derive(Debug, Clone)]
+struct GroupView {
+    master: String,
+    servers: usize,
+    promoting: bool,
+    /// The group as Codis last listed it, for the periodic convergence check.
+    model: Group,
+}
+
+/// A job's result, by group.
+enum JobDone {
+    Failover(u32, Result<Option<FailoverRecord>>),
+    Repair(u32, Result<bool>),
+}
+
+/// A probe's result.
+struct ProbeDone {
+    server: String,
+    sent: Instant,
+    result: std::result::Result<(Pika, Replication), String>,
+}
+
+/// The leader's state.
+struct Leader<'a> {
+    ctx: &'a Arc<Context>,
+    settings: &'a Settings,
+    dashboard: Dashboard,
+    etcd: Etcd,
+    lease: Arc<LockGuard>,
+    prefix: String,
+    detector: Detector,
+    conns: BTreeMap<String, Pika>,
+    groups: BTreeMap<u32, GroupView>,
+    /// Old masters replaced by a failover, by group: repaired the moment they answer.
+    deposed: BTreeMap<String, u32>,
+    offsets: BTreeMap<String, u64>,
+    /// Held-data marks written or read, by group: whether the group held data.
+    marked: BTreeMap<u32, bool>,
+    failing_over: BTreeSet<u32>,
+    repairing: BTreeSet<u32>,
+    retry: BTreeMap<u32, (Instant, Duration)>,
+    no_replica_warned: BTreeSet<u32>,
+}
+
+impl<'a> Leader<'a> {
+    fn new(
+        ctx: &'a Arc<Context>,
+        settings: &'a Settings,
+        dashboard: Dashboard,
+        etcd: Etcd,
+        lease: Arc<LockGuard>,
+        prefix: String,
+    ) -> Self {
+        Self {
+            ctx,
+            settings,
+            dashboard,
+            etcd,
+            lease,
+            prefix,
+            detector: Detector::new(settings.detection, settings.interval),
+            conns: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            deposed: BTreeMap::new(),
+            offsets: BTreeMap::new(),
+            marked: BTreeMap::new(),
+            failing_over: BTreeSet::new(),
+            repairing: BTreeSet::new(),
+            retry: BTreeMap::new(),
+            no_replica_warned: BTreeSet::new(),
+        }
+    }
+
+    async fn lead(mut self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        self.load_marks().await;
+        let mut probes: JoinSet<ProbeDone> = JoinSet::new();
+        let mut jobs: JoinSet<JobDone> = JoinSet::new();
+        let mut ticker = tokio::time::interval(self.settings.tick());
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_refresh = Instant::now();
+        // A new leader checks every group at once (after the first read of Codis, in the same tick): a watcher that
+        // died after a promote left its group for the next one to converge.
+        let mut next_repair = Instant::now();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return Ok(()),
+                _ = ticker.tick() => {
+                    let now = Instant::now();
+                    if now >= next_refresh {
+                        next_refresh = now + self.settings.refresh();
+                        if !self.lease.is_held().await {
+                            tracing::warn!("the election lease is gone (etcd unreachable or expired): standing down");
+                            return Ok(());
+                        }
+                        self.refresh().await;
+                    }
+                    self.start_probes(&mut probes);
+                    self.start_failovers(&mut jobs, now);
+                    if now >= next_repair {
+                        next_repair = now + REPAIR_EVERY;
+                        let gids: Vec<u32> = self.groups.keys().copied().collect();
+                        for gid in gids {
+                            self.start_repair(&mut jobs, gid, true);
+                        }
+                    }
+                }
+                Some(done) = probes.join_next(), if !probes.is_empty() => {
+                    if let Ok(done) = done {
+                        self.probed(done, &mut jobs).await;
+                    }
+                }
+                Some(done) = jobs.join_next(), if !jobs.is_empty() => {
+                    if let Ok(done) = done {
+                        // A failover moved (or tried to move) a master: read Codis again at once. A repair changes
+                        // no master, and a round of them would otherwise re-read it once per group.
+                        if matches!(done, JobDone::Failover(..)) {
+                            next_refresh = Instant::now();
+                        }
+                        self.job_done(done);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Groups with a held-data mark already, so each is written once.
+    async fn load_marks(&mut self) {
+        let dir = format!("{}/held-data/", self.prefix.trim_end_matches('/'));
+        if let Ok(list) = self.etcd.list(&dir).await {
+            self.marked = list
+                .iter()
+                .filter_map(|(k, e)| {
+                    let gid = k.strip_prefix(&dir)?.parse().ok()?;
+                    Some((gid, failover::HeldData::of(Some(&e.value)) == failover::HeldData::Held))
+                })
+                .collect();
+        }
+    }
+
+    async fn refresh(&mut self) {
+        let stats: Stats = match self.dashboard.stats().await {
+            Ok(stats) => stats,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read codis; probing the masters known so far");
+                return;
+            }
+        };
+        self.groups = stats
+            .group
+            .models
+            .iter()
+            .filter_map(|g| {
+                Some((
+                    g.id,
+                    GroupView {
+                        master: g.master()?.to_ascii_lowercase(),
+                        servers: g.servers.len(),
+                        promoting: g.is_promoting(),
+                        model: g.clone(),
+                    },
+                ))
+            })
+            .collect();
+        // A deposed master no longer in its group (or the group gone) needs nothing more.
+        self.deposed.retain(|server, gid| {
+            stats.group(*gid).is_some_and(|g| {
+                g.server(server).is_some() && !g.master().is_some_and(|m| m.eq_ignore_ascii_case(server))
+            })
+        });
+        let watched: Vec<String> =
+            self.groups.values().map(|g| g.master.clone()).chain(self.deposed.keys().cloned()).collect();
+        self.detector.watch(watched);
+        let watched: BTreeSet<String> = self.detector.servers().map(str::to_owned).collect();
+        self.conns.retain(|s, _| watched.contains(s));
+    }
+
+    fn master_of(&self, server: &str) -> Option<u32> {
+        self.groups.iter().find(|(_, g)| g.master.eq_ignore_ascii_case(server)).map(|(gid, _)| *gid)
+    }
+
+    fn start_probes(&mut self, probes: &mut JoinSet<ProbeDone>) {
+        let now = Instant::now();
+        for server in self.detector.due(now) {
+            let conn = self.conns.get(&server).cloned();
+            let dial = pika::dial_address(&server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
+            let password = self.ctx.secrets.pika_password.clone();
+            let timeout = self.settings.detection;
+            probes.spawn(async move {
+                let result = tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
+                ProbeDone { server, sent: now, result }
+            });
+        }
+    }
+
+    fn ctx_common(&self) -> &Common {
+        // The event is a watch event, which has common fields (checked in `run`).
+        self.ctx.event.common().unwrap_or_else(|| unreachable!("watch events carry common fields"))
+    }
+
+    async fn probed(&mut self, done: ProbeDone, jobs: &mut JoinSet<JobDone>) {
+        let now = Instant::now();
+        match done.result {
+            Ok((conn, info)) => {
+                let was_failing = self.detector.is_failing(&done.server);
+                self.detector.report(&done.server, done.sent, Ok(()), now);
+                self.conns.insert(done.server.clone(), conn);
+                if was_failing {
+                    tracing::info!(server = %done.server, "answers again");
+                }
+                if let Some(offset) = info.offset {
+                    self.offsets.insert(done.server.clone(), offset);
+                    if let Some(gid) = self.master_of(&done.server) {
+                        let known = self.marked.get(&gid).copied();
+                        let key = failover::held_data_key(&self.prefix, gid);
+                        if offset > 0 && known != Some(true) {
+                            match self.etcd.put(&key, &format!("{} offset {offset}", done.server), None).await {
+                                Ok(_) => {
+                                    self.marked.insert(gid, true);
+                                }
+                                Err(e) => tracing::debug!(gid, error = %e, "could not mark the group as holding data"),
+                            }
+                        } else if offset == 0 && known.is_none() {
+                            // Never over a mark of data: another leader may have seen a write this one did not.
+                            match self.etcd.put_if_absent(&key, failover::NEVER_HELD, None).await {
+                                Ok(_) => {
+                                    self.marked.insert(gid, false);
+                                }
+                                Err(e) => tracing::debug!(gid, error = %e, "could not mark the group as empty"),
+                            }
+                        }
+                    }
+                }
+                // A replaced master that answers again still thinks it is one: make it follow now.
+                if let Some(&gid) = self.deposed.get(&done.server) {
+                    if info.role == pika::Role::Master {
+                        self.start_repair(jobs, gid, false);
+                    }
+                }
+            }
+            Err(error) => {
+                self.detector.report(&done.server, done.sent, Err(error), now);
+                self.conns.remove(&done.server);
+            }
+        }
+    }
+
+    fn start_failovers(&mut self, jobs: &mut JoinSet<JobDone>, now: Instant) {
+        for Verdict { server, since, error } in self.detector.dead(now) {
+            let Some(gid) = self.master_of(&server) else { continue };
+            if self.failing_over.contains(&gid) || self.retry.get(&gid).is_some_and(|(at, _)| now < *at) {
+                continue;
+            }
+            let Some(view) = self.groups.get(&gid) else { continue };
+            if view.servers < 2 {
+                if self.no_replica_warned.insert(gid) {
+                    tracing::warn!(gid, master = %server, error = %error, "the master of a group without replicas is gone; nothing to promote");
+                }
+                continue;
+            }
+            let why =
+                format!("no answer for {} ms ({error})", Instant::now().saturating_duration_since(since).as_millis());
+            tracing::warn!(gid, master = %server, why = %why, "master gone: failing over");
+            self.failing_over.insert(gid);
+            let job = FailoverJob {
+                ctx: Arc::clone(self.ctx),
+                dashboard: self.dashboard.clone(),
+                etcd: self.etcd.clone(),
+                lease: Arc::clone(&self.lease),
+                prefix: self.prefix.clone(),
+                gid,
+                dead: server.clone(),
+                why,
+                found: since,
+                last_offset: self.offsets.get(&server).copied(),
+                identity: self.settings.identity.clone(),
+                kube_api: self.settings.kube_api.clone(),
+            };
+            jobs.spawn(async move { JobDone::Failover(gid, job.run().await) });
+        }
+    }
+
+    /// Checks group `gid`'s convergence, from the last listing when `from_listing` (the periodic round), else from
+    /// a fresh read (a deposed master answering: the listing may predate its failover).
+    fn start_repair(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, from_listing: bool) {
+        let Some(view) = self.groups.get(&gid) else { return };
+        if self.repairing.contains(&gid) || self.failing_over.contains(&gid) || self.detector.is_failing(&view.master) {
+            return;
+        }
+        if view.servers < 2 && !view.promoting {
+            return;
+        }
+        self.repairing.insert(gid);
+        let job = RepairJob {
+            ctx: Arc::clone(self.ctx),
+            dashboard: self.dashboard.clone(),
+            etcd: self.etcd.clone(),
+            lease: Arc::clone(&self.lease),
+            gid,
+            listed: from_listing.then(|| view.model.clone()),
+        };
+        jobs.spawn(async move { JobDone::Repair(gid, job.run().await) });
+    }
+
+    fn job_done(&mut self, done: JobDone) {
+        match done {
+            JobDone::Failover(gid, result) => {
+                self.failing_over.remove(&gid);
+                match result {
+                    Ok(Some(record)) => {
+                        self.retry.remove(&gid);
+                        self.deposed.insert(record.from.to_ascii_lowercase(), gid);
+                        if let Some(view) = self.groups.get_mut(&gid) {
+                            view.master = record.to.to_ascii_lowercase();
+                        }
+                    }
+                    Ok(None) => {
+                        self.retry.remove(&gid);
+                    }
+                    Err(e) => {
+                        let pause = self.retry.get(&gid).map_or(RETRY_FIRST, |(_, p)| (*p * 2).min(RETRY_MAX));
+                        tracing::warn!(gid, error = %e.one_line(), retry_in_ms = pause.as_millis(), "failover did not complete");
+                        self.retry.insert(gid, (Instant::now() + pause, pause));
+                    }
+                }
+            }
+            JobDone::Repair(gid, result) => {
+                self.repairing.remove(&gid);
+                match result {
+                    Ok(true) => {
+                        tracing::info!(gid, "group converged on its master");
+                        self.deposed.retain(|_, g| *g != gid);
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::info!(gid, error = %e.one_line(), "group not converged yet"),
+                }
+            }
+        }
+    }
+}
+
+/// One probe: `INFO replication` over the kept connection, or a new one.
+async fn probe(
+    conn: Option<Pika>,
+    dial: std::result::Result<(String, u16), String>,
+    password: Option<String>,
+    timeout: Duration,
+) -> std::result::Result<(Pika, Replication), String> {
+    let conn = match conn {
+        Some(conn) => conn,
+        None => {
+            let (host, port) = dial?;
+            Pika::connect(&host, port, password.as_deref(), timeout).await.map_err(|e| e.to_string())?
+        }
+    };
+    let info = conn.info_replication().await.map_err(|e| e.to_string())?;
+    Ok((conn, info))
+}
+
+/// A fresh context for one job: the run's own budget (`ACTION_BUDGET_SECONDS`) starts now.
+fn job_context(base: &Context) -> Context {
+    Context { budget: Budget::new(base.event.budget_seconds()), ..base.clone() }
+}
+
+struct FailoverJob {
+    ctx: Arc<Context>,
+    dashboard: Dashboard,
+    etcd: Etcd,
+    lease: Arc<LockGuard>,
+    prefix: String,
+    gid: u32,
+    dead: String,
+    why: String,
+    found: Instant,
+    last_offset: Option<u64>,
+    identity: String,
+    kube_api: Option<String>,
+}
+
+impl FailoverJob {
+    /// `Ok(None)`: nothing to do any more (someone else moved the master, or holds the group now).
+    async fn run(self) -> Result<Option<FailoverRecord>> {
+        let ctx = job_context(&self.ctx);
+        let Some(common) = ctx.event.common() else { return Ok(None) };
+        let s = Session { ctx: &ctx, common, dashboard: self.dashboard.clone(), etcd: Some(self.etcd.clone()) };
+        let gid = self.gid;
+        crate::failpoint::step("watcher failover");
+        let mut group_lock = match transfer::lock_group(&s, gid, GROUP_LOCK_WAIT).await {
+            Ok(guard) => guard,
+            Err(Error::InProgress { progress }) => {
+                tracing::info!(gid, progress, "another transfer of the group is under way; looking again later");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let result = self.transfer(&s, &group_lock).await;
+        release(&mut group_lock).await;
+        let record = match result? {
+            Some(record) => record,
+            None => return Ok(None),
+        };
+        let line = record.describe();
+        tracing::warn!(gid, from = %record.from, to = %record.to, took_ms = record.took_ms, "failover done: {line}");
+        failover::store(&self.etcd, &self.prefix, &record).await;
+        failover::announce(
+            self.kube_api.as_deref(),
+            &common.cluster.namespace,
+            &ObjectRef::cluster(&common.cluster.name),
+            failover::REASON_FAILOVER,
+            &line,
+            true,
+        )
+        .await;
+        Ok(Some(record))
+    }
+
+    async fn transfer(&self, s: &Session<'_>, group_lock: &LockGuard) -> Result<Option<FailoverRecord>> {
+        let gid = self.gid;
+        if !self.lease.is_held().await {
+            return Err(Error::Refused("the election lease is gone; another watcher decides".into()));
+        }
+        let stats = s.stats().await?;
+        let Some(group) = stats.group(gid) else { return Ok(None) };
+        let still_master = group.master().is_some_and(|m| m.eq_ignore_ascii_case(&self.dead));
+        if !still_master && !group.is_promoting() {
+            tracing::info!(gid, master = group.master().unwrap_or(""), "the master was already replaced");
+            return Ok(None);
+        }
+        let from = group.master().unwrap_or(&self.dead).to_owned();
+        let t = Transfer { gid, from: from.clone(), candidate: None, rollout: None, unplanned: true };
+        let outcome = transfer::move_master(s, &[&self.lease, group_lock], &t).await?;
+        if !outcome.promoted {
+            return Ok(None);
+        }
+        let new_offset = s.replication(&outcome.master).await.ok().and_then(|i| i.offset);
+        Ok(Some(FailoverRecord {
+            gid,
+            at: failover::now_rfc3339(),
+            from,
+            to: outcome.master.clone(),
+            why: format!("{}; {}", self.why, outcome.basis.clone().unwrap_or_default()),
+            by: format!("watcher {}", self.identity),
+            took_ms: u64::try_from(self.found.elapsed().as_millis()).unwrap_or(u64::MAX),
+            lag_bytes: match (self.last_offset, new_offset) {
+                (Some(old), Some(new)) => Some(old.saturating_sub(new)),
+                _ => None,
+            },
+        }))
+    }
+}
+
+struct RepairJob {
+    ctx: Arc<Context>,
+    dashboard: Dashboard,
+    etcd: Etcd,
+    lease: Arc<LockGuard>,
+    gid: u32,
+    /// The group as last listed, to check without reading Codis again; `None`: read it.
+    listed: Option<Group>,
+}
+
+impl RepairJob {
+    /// `Ok(true)` when the group is converged (it was, or this made it so).
+    async fn run(self) -> Result<bool> {
+        let ctx = job_context(&self.ctx);
+        let Some(common) = ctx.event.common() else { return Ok(false) };
+        let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
+        let gid = self.gid;
+        let group = match self.listed {
+            Some(group) => group,
+            None => match s.stats().await?.group(gid) {
+                Some(group) => group.clone(),
+                None => return Ok(true),
+            },
+        };
+        if !group.is_promoting()
+            && transfer::is_converged_within(&s, &group, transfer::UNPLANNED_SURVEY_TIMEOUT).await?
+        {
+            return Ok(true);
+        }
+        // Someone holding the group is converging it already.
+        let mut lock = match transfer::lock_group(&s, gid, Duration::ZERO).await {
+            Ok(lock) => lock,
+            Err(Error::InProgress { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let result = async {
+            if !self.lease.is_held().await {
+                return Err(Error::Refused("the election lease is gone".into()));
+            }
+            let stats = s.stats().await?;
+            let Some(group) = stats.group(gid) else { return Ok(true) };
+            if group.is_promoting() {
+                // A promote left half done (a crashed switchover or watcher): resume it with its own address.
+                let from = group.master().unwrap_or_default().to_owned();
+                let t = Transfer { gid, from, candidate: None, rollout: None, unplanned: false };
+                transfer::move_master(&s, &[&self.lease, &lock], &t).await?;
+                return Ok(true);
+            }
+            let converged = transfer::converge(&s, gid).await?;
+            transfer::clear_fence(&s, gid, &converged.master).await;
+            if !converged.repointed.is_empty() {
+                tracing::warn!(gid, master = %converged.master, "repaired: {}", converged.describe());
+            }
+            Ok(converged.unreachable.is_empty())
+        }
+        .await;
+        release(&mut lock).await;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_election_lives_under_the_cluster_prefix() {
+        assert_eq!(leader_key("/pika-kubeblocks/ns/c1/"), "/pika-kubeblocks/ns/c1/locks/watcher");
+        assert_ne!(leader_key("/pika-kubeblocks/ns/c1/"), transfer::group_lock_key("/pika-kubeblocks/ns/c1/", 1));
+    }
+}

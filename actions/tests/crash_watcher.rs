@@ -1,0 +1,90 @@
+//! Fail points (built with `--features failpoints`): the failover watcher killed before each of its mutations in
+//! turn (the election lock, the held-data mark, the group's transfer lock, the fence's compare-and-put, the promote,
+//! SLAVEOF and CONFIG REWRITE of the other replica, the fence's removal, the failover record) while it replaces a
+//! master killed with `kill -9`; then a new watcher, started as the restarted container would be, must converge:
+//! Codis lists a new master, it is the only server answering `role:master`, the other live replica follows it, the
+//! promote was sent exactly once (a crash after it is finished by repair, never by a second promote), and every key
+//! written before the kill is read back through the proxy.
+
+mod failover_bed;
+#[path = "support/summary.rs"]
+mod summary;
+mod support;
+
+use failover_bed::{held_data, kill9, lag_now, FailoverBed, Options, PATIENCE};
+use support::eventually;
+use testbed::Ledger;
+
+#[test]
+fn a_watcher_killed_at_any_step_of_a_failover_is_replaced_by_one_that_converges_on_one_master() {
+    let mut tried: Vec<(usize, String)> = Vec::new();
+    let mut completed = false;
+    for n in 1..=40 {
+        let mut fb = FailoverBed::new(Options::new(1, 3));
+        let gid = fb.gid(0);
+        let ledger = Ledger::preload(&fb.proxy.data_addr(), "pre", 300).expect("preload");
+        assert!(eventually(PATIENCE, || lag_now(&fb, 0, 0) == Some(0)), "replicas did not catch up");
+        let mut env = fb.watch_env("watcher-a", 800);
+        env.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let mut crashing = fb.watcher("watcher-a", &env);
+        // Up and leading with the group marked, or already dead at an earlier point.
+        assert!(
+            eventually(PATIENCE, || crashing.exited().is_some()
+                || (crashing.log().contains("leading") && held_data(&fb, gid))),
+            "{}",
+            crashing.log()
+        );
+        fb.bed.codis.clear_requests();
+        let old = fb.codis_master(0);
+        kill9(&fb.pods(0)[old as usize]);
+        fb.pod_mut(0, old).redis.kill();
+        assert!(
+            eventually(PATIENCE, || crashing.log().contains("crash point") || crashing.log().contains("failover done")),
+            "run {n} neither crashed nor failed over:\n{}",
+            crashing.log()
+        );
+        let log = crashing.log();
+        let marker = format!("crash point {n}: aborting before ");
+        let Some(what) = log.lines().find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned())) else {
+            // Past every point of the failover: it completed without crashing.
+            completed = true;
+            crashing.terminate();
+            assert_converged(&fb, old, &ledger, "no crash");
+            break;
+        };
+        // (`exited` reports an exit once; a reaped watcher has no process id left.)
+        assert!(
+            eventually(PATIENCE, || crashing.pid().is_none() || crashing.exited().is_some()),
+            "crashed but still running"
+        );
+
+        let restarted = fb.watcher("watcher-b", &fb.watch_env("watcher-b", 800));
+        assert!(
+            eventually(PATIENCE, || fb.codis_master(0) != old && fb.wait_converged(0)),
+            "crash before {what}: not converged:\n{}",
+            restarted.log()
+        );
+        assert_converged(&fb, old, &ledger, &what);
+        eprintln!("watcher crash point {n:>2}: before {what} -> converged after the restart");
+        tried.push((n, what));
+        drop(restarted);
+    }
+    assert!(completed, "the failover never completed within 40 crash points");
+    summary::record("crash: failover watcher", tried.len(), 0);
+    let points: Vec<&str> = tried.iter().map(|(_, w)| w.as_str()).collect();
+    for needed in ["/group/promote/", "SLAVEOF", "etcd compare_and_put"] {
+        assert!(points.iter().any(|p| p.contains(needed)), "no crash point before {needed}: {points:?}");
+    }
+}
+
+/// One new master, the only `role:master`, every live replica following it, promoted once, no key lost.
+fn assert_converged(fb: &FailoverBed, old: u32, ledger: &Ledger, what: &str) {
+    assert!(fb.wait_converged(0), "crash before {what}: the group did not converge");
+    let master = fb.codis_master(0);
+    assert_ne!(master, old, "crash before {what}: the dead master is still listed");
+    let masters: Vec<u32> = fb.roles(0).into_iter().filter(|(_, r)| r == "master").map(|(o, _)| o).collect();
+    assert_eq!(masters, [master], "crash before {what}: masters answering");
+    assert_eq!(fb.promotes(), 1, "crash before {what}: {:?}", fb.bed.mutations());
+    let back = ledger.verify_through(&fb.proxy.data_addr());
+    assert!(back.is_clean(), "crash before {what}: {}", back.summary());
+}
