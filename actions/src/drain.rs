@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::event::Shard;
 use crate::rebalance::{self, Outcome};
 
-/// The pika setting that gates slot migration and per-slot key tracking (reference pika.md §4).
+/// The pika setting that gates slot migration and per-slot key tracking; it must be `yes` on every pika.
 pub const SLOTMIGRATE: &str = "slotmigrate";
 
 /// Why a drain will not start. Nothing was changed; each is a state of the cluster that an operator can fix.

@@ -7,8 +7,10 @@
 //!
 //! Slots: [`rebalance`] (used by `post-provision` and `shard-add`) and [`drain`] (`shard-remove`, `pre-terminate`)
 //! compute the fewest migrations that leave the target groups within one slot of each other, then schedule them in
-//! rounds that respect Codis' rule that a group takes part in one migration at a time (codis-dashboard-api.md §6).
-//! Masters: [`choose_new_master`] is step 3 of the switchover algorithm (primary-transfer.md §7.3).
+//! rounds that respect Codis' rule that a group takes part in one migration at a time (its executor accepts a slot only
+//! when neither its source nor its target group is busy in that round).
+//! Masters: [`choose_new_master`] picks whom a switchover promotes: the given candidate when it is fit, else the best
+//! fit replica (already updated by the rollout, then the smallest lag, then the ordinal rule).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -601,7 +603,7 @@ pub struct MemberFacts {
 }
 
 impl MemberFacts {
-    /// Why this member may not become master, or `None` when it may (primary-transfer.md §7.3 step 3).
+    /// Why this member may not become master, or `None` when it may.
     #[must_use]
     pub fn unfit_reason(&self) -> Option<&'static str> {
         if !self.reachable {
@@ -1835,7 +1837,7 @@ mod tests {
             for (x, &count) in (0..=k).zip(&counts) {
                 assert_eq!(count, if x < k { 1 } else { 2 }, "k={k} x={x}");
             }
-            // The mean of the table in primary-transfer.md §6: (k + 2) / (k + 1).
+            // tidb-operator's ordinal rule, fixed order: mean (k + 2) / (k + 1) over the k + 1 starting ordinals.
             assert_eq!(counts.iter().sum::<usize>(), k as usize + 2);
         }
     }

@@ -2,10 +2,10 @@
 //! one on an empty volume) comes back as a replica of its group's current master as Codis sees it, never as a
 //! second master.
 //!
-//! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file
-//! (pika.md §3.1). The file is edited in place: the one replication line is replaced, everything else (including
-//! pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is handled too, since it
-//! stands in for pika in tests.
+//! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file (only
+//! `CONFIG REWRITE` puts a `SLAVEOF` there). The file is edited in place: the one replication line is replaced,
+//! everything else (including pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is
+//! handled too, since it stands in for pika in tests.
 
 use std::path::Path;
 
