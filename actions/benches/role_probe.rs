@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p pika-action --bench role_probe` (release build of the binary, as shipped). Variables:
 //! `ROLE_PROBE_BENCH_RUNS` (timed runs of each, default 200), `ROLE_PROBE_BENCH_RSS_RUNS` (memory samples, default
-//! 30). Targets from issue 5: faster than the shell probe, under 10 MiB.
+//! 30). The targets: faster than the shell probe, under 10 MiB.
 //!
 //! Wall time is measured around `spawn` … `wait` in this process, the runs of the two probes interleaved so that
 //! machine noise hits both alike. Peak memory is `getrusage(RUSAGE_CHILDREN).ru_maxrss`, which only grows over a

@@ -24,7 +24,7 @@ use crate::event::Shard;
 use crate::plan::Goal;
 use crate::rebalance::{self, Aim, Handoff, Outcome, Own};
 
-/// The pika setting that gates slot migration and per-slot key tracking (reference pika.md §4).
+/// The pika setting that gates slot migration and per-slot key tracking; it must be `yes` on every pika.
 pub const SLOTMIGRATE: &str = "slotmigrate";
 
 /// Why a drain will not start. Nothing was changed; each is a state of the cluster that an operator can fix.

@@ -1,11 +1,11 @@
 //! Client for pika servers (and redis-server, which stands in for pika in tests): what actions ask a data node.
 //!
-//! Actions reach a pika through [`dial_address`] (its Codis server string, or where an override says it really
-//! is), then use the async [`Pika`] client for replication changes: `SLAVEOF` followed by `CONFIG REWRITE`, because pika
-//! persists replication only on rewrite (reference `pika.md` §3.1). The role probe, which runs every two seconds in
-//! every pod, uses the synchronous [`probe_role`] instead: one connection, no runtime. [`parse_replication`] is the
-//! pure reader of `INFO replication` for both pika's and redis' layouts. Errors name the server and the command but
-//! never its arguments, and the password never reaches an error or a log line.
+//! Actions reach a pika through [`dial_address`] (its Codis server string, or where an override says it really is),
+//! then use the async [`Pika`] client for replication changes: `SLAVEOF` followed by `CONFIG REWRITE`, because pika
+//! persists replication only on rewrite. The role probe, which runs every two seconds in every pod, uses the
+//! synchronous [`probe_role`] instead: one connection, no runtime. [`parse_replication`] is the pure reader of
+//! `INFO replication` for both pika's and redis' layouts. Errors name the server and the command but never its
+//! arguments, and the password never reaches an error or a log line.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -71,7 +71,8 @@ pub enum Role {
 }
 
 impl Role {
-    /// What the role probe prints: `master`, or `slave` for both kinds of slave (reference `pika.md` §2.2).
+    /// What the role probe prints: `master`, or `slave` for both kinds of slave (`role:slave` and a chained
+    /// `role:master&&slave`).
     #[must_use]
     pub fn probe_name(self) -> &'static str {
         match self {

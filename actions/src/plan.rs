@@ -7,10 +7,12 @@
 //!
 //! Slots: [`rebalance`] and [`drain`] compute the fewest migrations that leave the target groups within one slot of
 //! each other, then schedule them in rounds that respect Codis' rule that a group takes part in one migration at a
-//! time. [`toward`] (what the actions run) plans one step of a change of shard count toward its final topology, so
-//! that additions and removals running in any order and overlap move no slot twice; [`rounds`] models how Codis's
+//! time (its executor accepts a slot only when neither its source nor its target group is busy in that round).
+//! [`toward`] (what the actions run) plans one step of a change of shard count toward its final topology, so that
+//! additions and removals running in any order and overlap move no slot twice; [`rounds`] models how Codis's
 //! executor takes a queue of actions and orders the creations so that it follows the plan's schedule.
-//! Masters: [`choose_new_master`] is step 3 of the switchover algorithm (primary-transfer.md §7.3).
+//! Masters: [`choose_new_master`] picks whom a switchover promotes: the given candidate when it is fit, else the best
+//! fit replica (already updated by the rollout, then the smallest lag, then the ordinal rule).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -608,7 +610,7 @@ pub struct MemberFacts {
 }
 
 impl MemberFacts {
-    /// Why this member may not become master, or `None` when it may (primary-transfer.md §7.3 step 3).
+    /// Why this member may not become master, or `None` when it may.
     #[must_use]
     pub fn unfit_reason(&self) -> Option<&'static str> {
         if !self.reachable {
@@ -1842,7 +1844,7 @@ mod tests {
             for (x, &count) in (0..=k).zip(&counts) {
                 assert_eq!(count, if x < k { 1 } else { 2 }, "k={k} x={x}");
             }
-            // The mean of the table in primary-transfer.md §6: (k + 2) / (k + 1).
+            // tidb-operator's ordinal rule, fixed order: mean (k + 2) / (k + 1) over the k + 1 starting ordinals.
             assert_eq!(counts.iter().sum::<usize>(), k as usize + 2);
         }
     }

@@ -421,7 +421,8 @@ fn out_of_budget(progress: String, error: Option<&SeenError>, now: Instant, budg
     }
 }
 
-/// Names the proxies Codis cannot reach: every slot transition waits for every proxy (reference §6).
+/// Names the proxies Codis cannot reach: every slot transition waits for every proxy, so one dead proxy stalls a
+/// migration.
 fn proxy_note(stats: &Stats) -> Option<String> {
     let dead: Vec<String> = stats
         .proxy

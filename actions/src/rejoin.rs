@@ -1,10 +1,10 @@
 //! `rejoin`: run by the pika container before pika starts serving, so that a pod that comes back — restarted,
 //! rescheduled, on an empty volume — never costs a key and never becomes a second master.
 //!
-//! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file
-//! (pika.md §3.1). The file is edited in place: the one replication line is replaced, everything else (including
-//! pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is handled too, since it
-//! stands in for pika in tests.
+//! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file (only
+//! `CONFIG REWRITE` puts a `SLAVEOF` there). The file is edited in place: the one replication line is replaced,
+//! everything else (including pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is
+//! handled too, since it stands in for pika in tests.
 //!
 //! What Codis says decides ([`decide`]):
 //!

@@ -3,11 +3,11 @@
 //! nothing moves; for the group's master, mastership moves once, fenced and confirmed ([`crate::transfer`]).
 //!
 //! Which replica: the candidate when given (exit 2 if it is not a healthy member of the same group); otherwise a
-//! healthy one (link up, smallest lag) that the rollout in progress has already updated, so that the rollout moves
-//! the master exactly once. "Already updated" comes from the InstanceSet's update revision and the pods' revision
-//! labels when the Kubernetes API answers (the in-cluster one, or `KUBE_API_URL`); without it the ordinal rule of
-//! reference/primary-transfer.md §4 decides (highest ordinal above the master, else the lowest below), which under
-//! KubeBlocks' role-ordered rollout (replicas first, the master last) also moves the master once.
+//! healthy one (link up, smallest lag) that the rollout in progress has already updated, so that the rollout moves the
+//! master exactly once. "Already updated" comes from the InstanceSet's update revision and the pods' revision labels
+//! when the Kubernetes API answers (the in-cluster one, or `KUBE_API_URL`); without it tidb-operator's ordinal rule
+//! decides (highest ordinal above the master, else the lowest below), which under KubeBlocks' role-ordered rollout
+//! (replicas first, the master last) also moves the master once.
 //!
 //! One call is all it gets: in a rolling update or a replica scale-in KubeBlocks ignores any failure, exit code or
 //! timeout and deletes the pod at once. So every wait is bounded inside the budget and the run never ends with exit

@@ -2,7 +2,7 @@
 //! new master, write it down as the group's expected master in etcd, promote it through Codis, re-point every other
 //! member, and confirm.
 //!
-//! The algorithm is reference/primary-transfer.md §7.3 with PD's lessons (§3) applied to a Codis group:
+//! PD's expected-primary fence (tikv/pd), as PD later fixed its races, applied to a Codis group:
 //!
 //! 1. Every transfer holds its group's transfer lock ([`lock_group`]), so two transfers of one group never
 //!    interleave. Planned ones (switchover, member-leave) take it inside the cluster's topology lock
@@ -16,10 +16,10 @@
 //!    crashed run adopts its target while that member is still fit, so a crash at any step followed by a rerun — or a
 //!    lock holder that stalled and was replaced — promotes the same member, never a second one.
 //! 3. A promote left half done (`promoting` not empty) is resumed with the same address before anything else.
-//! 4. Codis's promote touches only the new master (codis-dashboard-api.md §8), so [`converge`] makes every other
+//! 4. Codis's promote touches only the new master (`pkg/topom/topom_group.go`), so [`converge`] makes every other
 //!    member follow Codis's `servers[0]`: plain replicas first, then any node that still has replicas of its own (the
 //!    old master) once its `connected_slaves` is 0, because pika refuses SLAVEOF on a node with replicas
-//!    (pika.md §3). That wait is a real, bounded step.
+//!    (`already master of others`). That wait is a real, bounded step.
 //! 5. The group is re-read before every step: Pika's Codis fork may fail a master over and reorder the servers by
 //!    itself at any time.
 //!
@@ -103,7 +103,7 @@ pub fn member_step(info: &Replication, master_host: &str, master_port: u16) -> M
 }
 
 /// Whether a SLAVEOF failed for a reason that clears by itself once the node loses its replicas or finishes a
-/// replication state change (pika.md §3), rather than for good.
+/// replication state change, rather than for good.
 #[must_use]
 pub fn is_transient_refusal(err: &pika::Error) -> bool {
     match err {
@@ -694,7 +694,7 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
     }
 }
 
-/// SLAVEOF then CONFIG REWRITE, so that a restart keeps the role (pika.md §3.1).
+/// SLAVEOF then CONFIG REWRITE, so that a restart keeps the role: SLAVEOF alone changes only pika's memory.
 async fn repoint(s: &Session<'_>, server: &str, host: &str, port: u16) -> Result<(), pika::Error> {
     let (h, p) =
         s.dial(server).map_err(|e| pika::Error::Address { address: server.to_owned(), reason: e.one_line() })?;
@@ -743,7 +743,7 @@ mod tests {
 
     const NEW: &str = "c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc.cluster.local";
 
-    /// pika's layout (pika.md §2.1), CRLF as sent.
+    /// pika's layout of `INFO replication`, CRLF as sent.
     fn pika(text: &str) -> Replication {
         parse_replication(&text.replace('\n', "\r\n"))
     }

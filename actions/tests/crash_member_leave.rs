@@ -1,10 +1,10 @@
-//! Crash at every step of `member-leave` (issue 7), built with `--features failpoints`: the run is aborted before its
-//! n-th external mutation (`PIKA_ACTION_CRASH_AT=n`) for n = 1, 2, ... until it completes, in the two cases
-//! KubeBlocks produces — the leaving pod is a replica, and it is still the master (KubeBlocks' switchover before it
-//! failed and was ignored) so another member is promoted first. After each crash the dead run's lease is let expire
-//! and the action is rerun as KubeBlocks requeues it; the group must converge: the pod gone from Codis, exactly one
-//! pika master and it Codis's `servers[0]`, every remaining member following it, the master moved at most once, no
-//! fence or lock left, and a further run changing nothing.
+//! Crash at every step of `member-leave`, built with `--features failpoints`: the run is aborted before its n-th
+//! external mutation (`PIKA_ACTION_CRASH_AT=n`) for n = 1, 2, ... until it completes, in the two cases KubeBlocks
+//! produces — the leaving pod is a replica, and it is still the master (KubeBlocks' switchover before it failed and was
+//! ignored) so another member is promoted first. After each crash the dead run's lease is let expire and the action is
+//! rerun as KubeBlocks requeues it; the group must converge: the pod gone from Codis, exactly one pika master and it
+//! Codis's `servers[0]`, every remaining member following it, the master moved at most once, no fence or lock left, and
+//! a further run changing nothing.
 
 #[path = "support/attack.rs"]
 mod attack;

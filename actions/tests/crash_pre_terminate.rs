@@ -1,10 +1,9 @@
-//! Crash at every step of a KubeBlocks 1.0.x scale-in (issue 7): `pre-terminate` with
-//! `KB_CLUSTER_COMPONENT_IS_SCALING_IN=true`, built with `--features failpoints` and aborted before its n-th external
-//! mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis PUT, SLAVEOF, CONFIG REWRITE or etcd write), for n = 1, 2, ... until
-//! a run completes without crashing. After each crash the lease of the dead run is let expire and the action is rerun
-//! until it finishes, as KubeBlocks retries a failed preTerminate; the cluster must have converged exactly as a
-//! crash-free run leaves it, with no slot ever lost or owned by a removed group on the way (watched while it runs),
-//! and one more run must change nothing.
+//! Crash at every step of a KubeBlocks 1.0.x scale-in: `pre-terminate` with `KB_CLUSTER_COMPONENT_IS_SCALING_IN=true`,
+//! built with `--features failpoints` and aborted before its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis
+//! PUT, SLAVEOF, CONFIG REWRITE or etcd write), for n = 1, 2, ... until a run completes without crashing. After each
+//! crash the lease of the dead run is let expire and the action is rerun until it finishes, as KubeBlocks retries a
+//! failed preTerminate; the cluster must have converged exactly as a crash-free run leaves it, with no slot ever lost
+//! or owned by a removed group on the way (watched while it runs), and one more run must change nothing.
 
 #[path = "support/attack.rs"]
 mod attack;

@@ -1,6 +1,6 @@
-//! Crash at every step of registration (issue 3): the binary is built with `--features failpoints` and aborted
-//! before its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`), for every n until a run completes; each crash is
-//! followed by a normal rerun that must converge to the same topology a crash-free run reaches.
+//! Crash at every step of registration: the binary is built with `--features failpoints` and aborted before its n-th
+//! external mutation (`PIKA_ACTION_CRASH_AT=n`), for every n until a run completes; each crash is followed by a normal
+//! rerun that must converge to the same topology a crash-free run reaches.
 
 #[path = "support/attack.rs"]
 mod attack;

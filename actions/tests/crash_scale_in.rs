@@ -1,10 +1,10 @@
-//! Crash at every step of a scale-in (issue 4): the binary is built with `--features failpoints` and aborted before
-//! its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write),
-//! for n = 1, 2, ... until a run completes without crashing. After each crash the action is rerun normally until it
-//! finishes, and the cluster must have converged: the leaving group gone with its servers and etcd records, every slot
-//! owned by a remaining group, balanced, none lost; a further run changes nothing. Keys written through a codis-proxy
-//! before the scale-in and while the crashed run and its rerun work are all read back afterwards, through the proxy
-//! and from the masters owning their slots.
+//! Crash at every step of a scale-in: the binary is built with `--features failpoints` and aborted before its n-th
+//! external mutation (`PIKA_ACTION_CRASH_AT=n`: a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write), for n = 1, 2,
+//! ... until a run completes without crashing. After each crash the action is rerun normally until it finishes, and the
+//! cluster must have converged: the leaving group gone with its servers and etcd records, every slot owned by a
+//! remaining group, balanced, none lost; a further run changes nothing. Keys written through a codis-proxy before the
+//! scale-in and while the crashed run and its rerun work are all read back afterwards, through the proxy and from the
+//! masters owning their slots.
 
 #[path = "support/summary.rs"]
 mod summary;

@@ -1,7 +1,7 @@
-//! Issue 4's `member-leave` over the Codis double (upstream and Pika-fork behaviour), real redis-servers and real
-//! etcd: the leaving pod's server leaves its group; a master is replaced first (KubeBlocks' switchover before it may
-//! have failed, its error ignored); the last server of a group that owns slots is never deleted; the fork may
-//! reorder the group by itself, so what Codis says now decides each step.
+//! `member-leave` over the Codis double (upstream and Pika-fork behaviour), real redis-servers and real etcd: the
+//! leaving pod's server leaves its group; a master is replaced first (KubeBlocks' switchover before it may have failed,
+//! its error ignored); the last server of a group that owns slots is never deleted; the fork may reorder the group by
+//! itself, so what Codis says now decides each step.
 
 mod rollout;
 mod support;

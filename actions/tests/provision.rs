@@ -1,5 +1,5 @@
-//! Issue 3: Codis registration and minimal-move rebalance on cluster create, shard scale-out and replica scale-out,
-//! checked against Codis itself (the double's own model) and the redis-servers, never against our bookkeeping.
+//! Codis registration and minimal-move rebalance on cluster create, shard scale-out and replica scale-out, checked
+//! against Codis itself (the double's own model) and the redis-servers, never against our bookkeeping.
 
 mod support;
 

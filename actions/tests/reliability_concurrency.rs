@@ -1,10 +1,10 @@
-//! Topology actions launched at once (issue 7): two `pika-action` processes started together, as KubeBlocks may
-//! (two shards added in one OpsRequest, a shard added while another is removed, an OpsRequest's switchover racing
-//! KubeBlocks' own, a restart during a scale-in), each rerun on exit 75 as KubeBlocks requeues it, every pair
-//! repeated. While they run, a watcher reads Codis and the redis-servers every few milliseconds: no slot lost or
-//! owned by a group that does not exist, no group removed while it owned a slot, no pika master Codis never listed;
-//! at the end every group has exactly one master, Codis's `servers[0]`, slots are balanced, and a steady writer's
-//! acknowledged writes (replicated to every replica, `WAIT`) are all on the group's master.
+//! Topology actions launched at once: two `pika-action` processes started together, as KubeBlocks may (two shards added
+//! in one OpsRequest, a shard added while another is removed, an OpsRequest's switchover racing KubeBlocks' own, a
+//! restart during a scale-in), each rerun on exit 75 as KubeBlocks requeues it, every pair repeated. While they run, a
+//! watcher reads Codis and the redis-servers every few milliseconds: no slot lost or owned by a group that does not
+//! exist, no group removed while it owned a slot, no pika master Codis never listed; at the end every group has exactly
+//! one master, Codis's `servers[0]`, slots are balanced, and a steady writer's acknowledged writes (replicated to every
+//! replica, `WAIT`) are all on the group's master.
 
 #[path = "support/attack.rs"]
 mod attack;

@@ -1,6 +1,6 @@
-//! Faults of the systems around the actions (issue 7), over real etcd, real redis-servers and the Codis double, with
-//! Codis and the pikas watched while each action runs (no slot lost, no group removed while it owns one, no pika
-//! master Codis never listed):
+//! Faults of the systems around the actions, over real etcd, real redis-servers and the Codis double, with Codis and
+//! the pikas watched while each action runs (no slot lost, no group removed while it owns one, no pika master Codis
+//! never listed):
 //!
 //! - the dashboard failing one mutation — HTTP 800, HTTP 500, a dropped connection, an answer that comes after the
 //!   client gave up — at every distinct mutation each action sends; then the action is rerun as KubeBlocks does and

@@ -1,11 +1,11 @@
-//! Fuzzing the inputs (issue 7), in-process with proptest: what KubeBlocks hands over (the environment, through the
-//! event templates) and what pika answers (`INFO replication`, through the decisions taken on it) must never make
-//! the binary panic. A random environment — every contract variable present, absent, empty, or replaced by junk,
-//! near-misses and huge values, starting from each action's golden environment — renders to a valid event or to
-//! exit 2 naming a variable, never another error; a valid event survives a round trip through its document, and
-//! never carries the password. The INFO parser's own proptests live beside it (`pika.rs`); here arbitrary INFO
-//! replies go on through the master choice and the convergence step, and the config editor of `rejoin` stays
-//! idempotent over arbitrary config files.
+//! Fuzzing the inputs, in-process with proptest: what KubeBlocks hands over (the environment, through the event
+//! templates) and what pika answers (`INFO replication`, through the decisions taken on it) must never make the binary
+//! panic. A random environment — every contract variable present, absent, empty, or replaced by junk, near-misses and
+//! huge values, starting from each action's golden environment — renders to a valid event or to exit 2 naming a
+//! variable, never another error; a valid event survives a round trip through its document, and never carries the
+//! password. The INFO parser's own proptests live beside it (`pika.rs`); here arbitrary INFO replies go on through the
+//! master choice and the convergence step, and the config editor of `rejoin` stays idempotent over arbitrary config
+//! files.
 
 #[path = "support/summary.rs"]
 mod summary;

@@ -1,10 +1,10 @@
-//! Bad input against a live cluster (issue 7): every action of the contract, run by the real binary next to a
-//! provisioned bed (2 shards of 2 pods, real etcd, real redis-servers, the Codis double), with each variable it
-//! reads missing, empty, blank and malformed, plus the configuration mistakes an operator makes — a product name
-//! the dashboard does not serve, an FQDN of another cluster, a pod that is not in the shard, an unknown KubeBlocks
-//! line, a template with a syntax error. Every one must exit 2 naming the variable, print nothing on stdout, and
-//! change nothing: no PUT reached the dashboard, etcd holds exactly the keys it held, every pika kept its role and
-//! `rejoin`'s config file is untouched. (`render.rs` checks the exit code alone, with addresses that lead nowhere.)
+//! Bad input against a live cluster: every action of the contract, run by the real binary next to a provisioned bed (2
+//! shards of 2 pods, real etcd, real redis-servers, the Codis double), with each variable it reads missing, empty,
+//! blank and malformed, plus the configuration mistakes an operator makes — a product name the dashboard does not
+//! serve, an FQDN of another cluster, a pod that is not in the shard, an unknown KubeBlocks line, a template with a
+//! syntax error. Every one must exit 2 naming the variable, print nothing on stdout, and change nothing: no PUT reached
+//! the dashboard, etcd holds exactly the keys it held, every pika kept its role and `rejoin`'s config file is
+//! untouched. (`render.rs` checks the exit code alone, with addresses that lead nowhere.)
 
 #[path = "support/attack.rs"]
 mod attack;

@@ -1,8 +1,8 @@
-//! Secrets (issue 7): with a password on every pika (and so on Codis, whose `product_auth` it is), every action of the
-//! contract runs its whole life cycle — provisioning, scaling out and in, replicas joining and leaving, a switchover,
-//! a rejoin, the people's commands — and the failures around it (a wrong password, bad input), with logs at debug
-//! and trace level in both formats. The password must appear in no captured stdout or stderr, no rendered event, no
-//! etcd record and no request the dashboard received, neither as written nor percent-encoded.
+//! Secrets: with a password on every pika (and so on Codis, whose `product_auth` it is), every action of the contract
+//! runs its whole life cycle — provisioning, scaling out and in, replicas joining and leaving, a switchover, a rejoin,
+//! the people's commands — and the failures around it (a wrong password, bad input), with logs at debug and trace level
+//! in both formats. The password must appear in no captured stdout or stderr, no rendered event, no etcd record and no
+//! request the dashboard received, neither as written nor percent-encoded.
 
 #[path = "support/attack.rs"]
 mod attack;

@@ -1,8 +1,8 @@
-//! Issue 4: scale-in without losing a key. `shard-remove` (1.1+) and `pre-terminate` with
+//! Scale-in without losing a key. `shard-remove` (1.1+) and `pre-terminate` with
 //! KB_CLUSTER_COMPONENT_IS_SCALING_IN=true (1.0.x) drain the leaving shard's slots onto the remaining shards, balanced
-//! with the fewest moves, and only then delete its servers (replicas first, master last) and its group; what would
-//! make the drain hang or lose data is refused up front, changing nothing. Checked against the Codis double's own
-//! model, the request log and etcd, never against the action's bookkeeping.
+//! with the fewest moves, and only then delete its servers (replicas first, master last) and its group; what would make
+//! the drain hang or lose data is refused up front, changing nothing. Checked against the Codis double's own model, the
+//! request log and etcd, never against the action's bookkeeping.
 
 mod support;
 

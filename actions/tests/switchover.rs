@@ -1,12 +1,12 @@
-//! Issue 5: `switchover` as KubeBlocks calls it — for every pod before it restarts, no candidate unless an
+//! `switchover` as KubeBlocks calls it — for every pod before it restarts, no candidate unless an
 //! OpsRequest gives one, errors ignored — over the Codis double, real redis-servers (standing in for pika) and real
 //! etcd; and `topology`, the read-only view for people. Every check reads Codis's own model and the redis-servers,
 //! never the action's output alone.
 //!
-//! Transfer counts follow reference/primary-transfer.md §6: KubeBlocks orders a rollout by role (replicas first, ties
-//! by ordinal descending, the master last), which is strategy (c) of the table — exactly 1 transfer whatever the
-//! master's ordinal, with or without rollout facts — while an order that is not ordinal-descending needs the rollout
-//! facts to stay at 1 (the ordinal rule alone moves the master twice there).
+//! Transfer counts: KubeBlocks orders a rollout by role (replicas first, ties by ordinal descending, the master last),
+//! which defers the master to the end — exactly 1 transfer whatever the master's ordinal, with or without rollout facts
+//! — while an order that is not ordinal-descending needs the rollout facts to stay at 1 (the ordinal rule alone moves
+//! the master twice there).
 
 mod rollout;
 mod support;
@@ -81,8 +81,8 @@ fn switchover_of_a_pod_codis_does_not_know_is_success_and_changes_nothing() {
 #[test]
 fn a_kubeblocks_rolling_restart_moves_the_master_exactly_once_wherever_it_starts() {
     // Without a Kubernetes API the ordinal rule chooses; KubeBlocks restarts the master last, when every replica is
-    // already updated, so table (c) of §6 holds: 1 transfer for x = 0, 1, 2 (mean 1), and the rule's pick is the
-    // highest ordinal above x, else the lowest below: 0 → 2, 1 → 2, 2 → 0.
+    // already updated, so it costs 1 transfer for x = 0, 1, 2 (mean 1), and the rule's pick is the highest ordinal
+    // above x, else the lowest below: 0 → 2, 1 → 2, 2 → 0.
     let mut counts = Vec::new();
     for (x, rule_pick) in [(0, 2), (1, 2), (2, 0)] {
         let mut bed = bed_with_master(3, x);

@@ -3,12 +3,12 @@
 //! status, shape, `Cause` and values ([`testbed::transcript`]), and the two recorded sequences as orderings.
 //!
 //! Each recording ran one scenario on 127.0.0.1 (dashboard 18080, proxy admin 11080, codis-servers 6379…). The same
-//! addresses are registered here and the override maps send them to real redis-servers and a proxy double with
-//! the recorded token; unmapped addresses (6999, 11081) really refuse connections. Where the recording did
-//! something between two recorded exchanges (setup calls, waits, a killed server), [`Bed::before`] does the same,
-//! as the recordings' INDEX.md and the recorded bodies tell. Where a recording caught an instant of a migration or
-//! a promote (a slot migrating before its first batch, between two batches, with a batch on the wire; stats taken
-//! before the next refresh), the replay holds the double at that instant instead of racing for it.
+//! addresses are registered here and the override maps send them to real redis-servers and a proxy double with the
+//! recorded token; unmapped addresses (6999, 11081) really refuse connections. Where the recording did something
+//! between two recorded exchanges (setup calls, waits, a killed server), [`Bed::before`] does the same, as the
+//! recordings' scenario notes and the recorded bodies tell. Where a recording caught an instant of a migration or a
+//! promote (a slot migrating before its first batch, between two batches, with a batch on the wire; stats taken before
+//! the next refresh), the replay holds the double at that instant instead of racing for it.
 //!
 //! The last test plants four defects in the double, one at a time, and shows the replay reports each at the
 //! exchanges that reveal it.
@@ -354,7 +354,7 @@ impl Bed {
         Ok(())
     }
 
-    /// The second recording's start state (INDEX.md): groups 1–3 of two synced servers each, the proxy online,
+    /// The second recording's start state: groups 1–3 of two synced servers each, the proxy online,
     /// every slot in group 1 and resynced, keys written through the proxy.
     fn setup_second(&self) -> Result<(), String> {
         for (g, (m, r)) in [(1, (6379, 6380)), (2, (6381, 6382)), (3, (6383, 6384))] {

@@ -1,5 +1,5 @@
-//! Behaviour of the dashboard double beyond the recordings: real backends, the executors, the rules of reference
-//! §5–§10, fault injection and fork-mode HA.
+//! Behaviour of the dashboard double beyond the recordings: real backends, the executors, Codis's checks, slot actions,
+//! removal, promote, sync and rebalance rules, fault injection and fork-mode HA.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -31,7 +31,8 @@ const ACTION_SUBCOMMANDS: &[(&str, &str)] = &[
     ("shardRemove", "shard-remove"),
 ];
 
-/// What KubeBlocks itself puts in an action's environment (reference kubeblocks.md §2, §10), per line.
+/// What KubeBlocks itself puts in an action's environment (kbagent's variables for the action, and on 1.0 the legacy
+/// `KB_CLUSTER_COMPONENT_*` lists), per line.
 fn provided_by_kubeblocks(action: &str, line: &str) -> &'static [&'static str] {
     const LEGACY: &[&str] =
         &["KB_CLUSTER_COMPONENT_LIST", "KB_CLUSTER_COMPONENT_DELETING_LIST", "KB_CLUSTER_COMPONENT_UNDELETED_LIST"];
@@ -927,7 +928,7 @@ fn the_dockerfile_builds_pika_action_where_the_chart_runs_it() {
 
 #[test]
 fn the_grafana_dashboard_queries_only_metrics_pika_exporter_exports() {
-    // pika.md §7, prefixed pika_.
+    // What pika_exporter (`tools/pika_exporter`) exports, each prefixed `pika_` by its default namespace `pika`.
     const METRICS: &[&str] = &[
         "up",
         "build_info",

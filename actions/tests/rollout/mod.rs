@@ -127,7 +127,7 @@ pub fn wait_in_sync(bed: &Bed, ordinal: u32) {
 /// The order pods are restarted in.
 #[derive(Debug, Clone)]
 pub enum Order {
-    /// KubeBlocks with role priorities (reference/kubeblocks.md §6): `updatePriority` ascending — slaves (1) before
+    /// KubeBlocks with role priorities (its InstanceSet update order): `updatePriority` ascending — slaves (1) before
     /// the master (2) — ties by ordinal descending, recomputed from the live role labels before every pod.
     KubeBlocks,
     /// A fixed order of ordinals.

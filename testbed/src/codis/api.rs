@@ -1,5 +1,5 @@
-//! The dashboard's routes (reference §3) and the I/O Codis does around each stored mutation: dialling servers,
-//! pushing slots to proxies, sending SLAVEOF.
+//! The dashboard's routes (Codis's `pkg/topom/topom_api.go`) and the I/O Codis does around each stored mutation:
+//! dialling servers, pushing slots to proxies, sending SLAVEOF.
 //!
 //! Routing is done here rather than with axum's path patterns because Codis's router (martini) has rules axum does
 //! not: an optional trailing slash, 404 instead of 405 for a wrong method, raw `:` in segments, and an optional last
@@ -217,7 +217,7 @@ fn slots(sh: &Shared) -> Vec<Slot> {
     st.topo.slots.iter().map(|m| st.topo.slot_view(m, None)).collect()
 }
 
-/// Upstream dashboard config (reference §4).
+/// Upstream dashboard config, in Codis's serialisation order.
 #[derive(Serialize)]
 struct UpstreamConfig {
     coordinator_name: String,
@@ -240,7 +240,7 @@ struct UpstreamConfig {
     sentinel_client_reconfig_script: String,
 }
 
-/// Fork dashboard config (reference §14.7): no `sentinel_client_timeout`, `max_slot_num` and the HA settings added.
+/// Fork dashboard config: no `sentinel_client_timeout`, `max_slot_num` and the HA settings added.
 #[derive(Serialize)]
 struct ForkConfig {
     coordinator_name: String,

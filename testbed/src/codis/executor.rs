@@ -447,7 +447,7 @@ async fn process_sync_action(sh: &Shared) -> Result<(), ApiError> {
     let state = if result.is_ok() { ServerActionState::Synced } else { ServerActionState::SyncedFailed };
     server.action = ServerAction { index: 0, state };
     if fork && index != 0 {
-        // The fork marks a server whose sync action completed as offline (state 2); see reference §14.5.
+        // The fork marks a server whose sync action completed as offline (state 2).
         server.state = Some(2);
     }
     Ok(())

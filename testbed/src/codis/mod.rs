@@ -4,7 +4,7 @@
 //! checked value by value against two recordings of that build (`tests/conformance.rs`).
 //!
 //! # What it models
-//! - Every route of reference §3 except the sentinel routes, with Codis's conventions (martini routing, `"OK"`,
+//! - Every dashboard route except the sentinel routes, with Codis's conventions (martini routing, `"OK"`,
 //!   HTTP 800 `{"Cause", "Stack"}` errors with the recorded causes, checked in Codis's order, xauth first).
 //! - Groups, servers, sync actions and promotes against **real** backends (`SLAVEOF` inside `MULTI` with
 //!   `CONFIG SET masterauth`, `CONFIG REWRITE`, `CLIENT KILL TYPE normal`, as Codis sends it).
@@ -17,8 +17,8 @@
 //! - A restart ([`CodisDouble::pause`] + [`CodisDouble::resume`], or [`CodisDouble::restart`]) keeps the model (the
 //!   coordinator) and loses what Codis keeps in memory: `slot_action` (interval, disabled, progress), stats.
 //! - Stats refreshed in the background over pooled connections (so a `CLIENT KILL` shows as `EOF` once, as in
-//!   Codis), the rebalance planner, removal rules, promote rules and `out_of_sync` of reference §7–§10.
-//! - Pika fork mode (§14): extra GroupServer fields filled by a health loop, automatic failover of a dead master,
+//!   Codis), the rebalance planner, removal rules, promote rules and `out_of_sync`.
+//! - Pika fork mode: extra GroupServer fields filled by a health loop, automatic failover of a dead master,
 //!   `SLAVEOF h p -f` sync actions that real backends reject.
 //! - Fault injection and test knobs: failed, slow or dropped requests; migration errors; holds at a precise point
 //!   of a migration; a slot whose keys are deleted instead of moved; a stuck promote.
@@ -80,7 +80,7 @@ pub struct DoubleOptions {
     /// What Codis's 1 s becomes: every Codis delay is scaled by `tick / 1 s` (the executors' 1 s sleeps, the 10 ms
     /// between rounds, the 5 s after an error, `slot_action.interval`). Default 10 ms (1/100).
     pub tick: Duration,
-    /// Pika fork mode (reference §14).
+    /// Pika fork mode (the dashboard of the `codis/` directory in OpenAtomFoundation/pika).
     pub fork: bool,
     /// Where to listen; a free loopback port when `None`.
     pub listen: Option<SocketAddr>,

@@ -1,4 +1,4 @@
-//! The dashboard's JSON models, field for field and in Codis's serialisation order (reference §4, §14).
+//! The dashboard's JSON models, field for field and in Codis's serialisation order (upstream and fork).
 //!
 //! These are what the double stores and serves, and what [`super::CodisDouble::snapshot`] hands to tests. Field order
 //! matters only cosmetically (JSON objects are unordered), but it is kept so the double's output reads like a
@@ -37,7 +37,7 @@ pub struct TopomModel {
     pub sys: String,
 }
 
-/// State of a server's sync action (reference §9).
+/// State of a server's sync action.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerActionState {
@@ -107,7 +107,7 @@ pub struct GroupServer {
     pub replica_group: bool,
 }
 
-/// State of a group's promote (reference §8).
+/// State of a group's promote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromotingState {
@@ -153,7 +153,8 @@ pub struct Group {
     pub servers: Vec<GroupServer>,
     /// Promote in progress.
     pub promoting: Promoting,
-    /// Informational flag (reference §9).
+    /// Informational flag: set by slot assigns, replica-group changes and HA switches; cleared by a resync or a
+    /// completed promote.
     pub out_of_sync: bool,
 }
 
@@ -171,7 +172,7 @@ impl Group {
     }
 }
 
-/// State of a slot action (reference §6).
+/// State of a slot action.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlotState {

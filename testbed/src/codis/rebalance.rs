@@ -1,4 +1,5 @@
-//! The rebalance planner (reference §10), a pure function of the slot table and the groups that have servers.
+//! The rebalance planner (Codis's `pkg/topom/topom_slots.go`), a pure function of the slot table and the groups that
+//! have servers.
 //!
 //! Kept apart from the HTTP layer so the recorded cases can be checked without a server.
 

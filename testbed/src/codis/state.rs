@@ -1,4 +1,4 @@
-//! The dashboard's stored model and every check of reference §5, as pure functions without I/O.
+//! The dashboard's stored model and every check Codis makes before storing a mutation, as pure functions without I/O.
 //!
 //! [`Topo`] is what Codis keeps in its coordinator (groups, slots, proxies); each mutation here performs the checks
 //! in Codis's order and returns the recorded `Cause` strings. The HTTP layer (`api`) wraps these with the I/O Codis
@@ -31,7 +31,7 @@ pub(crate) struct AssignItem {
 
 impl AssignItem {
     /// Parses a body the way martini's JSON binding does: anything that is not an array of objects is treated as
-    /// empty, and fields of the wrong type read as zero (reference §1: a malformed body still returns `"OK"`).
+    /// empty, and fields of the wrong type read as zero (so a malformed body still returns `"OK"`).
     pub(crate) fn parse_body(body: &[u8]) -> Vec<Self> {
         let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(body) else {
             return Vec::new();

@@ -1,6 +1,6 @@
 //! The stats loop: INFO of every server and stats of every proxy, refreshed every `stats_interval` (Codis: ~1 s),
 //! plus what Codis does off the back of it — re-onlining restarted proxies and, in fork mode, the health checks and
-//! automatic master failover of reference §14.4.
+//! automatic failover of a dead master to its most advanced eligible slave.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ async fn refresh(sh: &Arc<Shared>) {
         )
     };
     let timeout = sh.opts.stats_timeout;
-    // Upstream shows the full INFO; the fork only `INFO replication` (reference §14.8).
+    // Upstream shows the full INFO; the fork only `INFO replication`.
     let section = if sh.opts.fork { Some("replication") } else { None };
     let mut server_set = JoinSet::new();
     for addr in servers {
@@ -255,7 +255,7 @@ async fn fail_over(sh: &Shared, gid: u32) {
         }
         g.servers.swap(0, index);
         g.servers[0].role = Some("master".into());
-        // An HA switch sets out_of_sync (reference §9); only a resync through the API clears it.
+        // An HA switch sets out_of_sync; only a resync through the API clears it.
         g.out_of_sync = true;
     }
     for other in others {

@@ -17,7 +17,8 @@ pub(crate) const JSON: &str = "application/json; charset=utf-8";
 /// `text/plain; charset=utf-8`, what Go's `http.NotFound` sends.
 pub(crate) const TEXT: &str = "text/plain; charset=utf-8";
 
-/// The dashboard xauth: lowercase hex of the first 16 bytes of SHA-256(`Codis-XAuth-[<product>]`) (reference §2).
+/// The dashboard xauth: lowercase hex of the first 16 bytes of SHA-256(`Codis-XAuth-[<product>]`); `product_auth` is
+/// not an input.
 #[must_use]
 pub fn xauth(product: &str) -> String {
     let digest = Sha256::digest(format!("Codis-XAuth-[{product}]").as_bytes());

@@ -2,7 +2,7 @@
 //! and cluster charts and does with them what each KubeBlocks line does, running the real binary for every action
 //! the chart declares, over real etcd, real redis-servers (one per pod) and the Codis double.
 //!
-//! Two lines, each emulated from its source (apecloud/kubeblocks; facts in `../shared/reference/kubeblocks.md` §14):
+//! Two lines, each emulated from its source (apecloud/kubeblocks):
 //!
 //! | | [`Line::V1_0`]: tag v1.0.2 (release-1.0 head is the same) | [`Line::V1_1`]: release-1.1 (main where it agrees) |
 //! |---|---|---|
