@@ -4,7 +4,8 @@
 //! ignored) so another member is promoted first. After each crash the dead run's lease is let expire and the action is
 //! rerun as KubeBlocks requeues it; the group must converge: the pod gone from Codis, exactly one pika master and it
 //! Codis's `servers[0]`, every remaining member following it, the master moved at most once, no fence or lock left, and
-//! a further run changing nothing.
+//! a further run changing nothing; every key acknowledged through a codis-proxy before and during the runs is still
+//! readable, through the proxy and on the master.
 
 #[path = "support/attack.rs"]
 mod attack;
@@ -20,6 +21,7 @@ use attack::{etcd_entries, expire_locks, run_until_done, watch};
 use rollout::{bed_with_master, codis_master, leave_env, pika_masters, promotes};
 use summary::Category;
 use support::{describe, eventually, run, Bed};
+use testbed::{Ledger, Workload, WorkloadOptions};
 
 fn listed(bed: &Bed) -> BTreeSet<u32> {
     let snap = bed.codis.snapshot();
@@ -56,6 +58,13 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
         let env = leave_env(&bed, leaving);
         let mut crashing = env.clone();
         crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        // Clients through a codis-proxy before and during the crashed run and its reruns.
+        let proxy = bed.start_proxy();
+        let mut ledger = Ledger::preload(&proxy.data_addr(), &format!("pre{n}"), 300).expect("preload");
+        let writer = Workload::start(WorkloadOptions {
+            prefix: format!("during{n}"),
+            ..WorkloadOptions::through(&[proxy.data_addr()])
+        });
         // One watch over the crashed run and the reruns: the old master may wait for its demotion across both.
         let ((out, rerun), watched) = watch(&bed, || {
             let out = run("member-leave", &crashing);
@@ -65,9 +74,11 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
             expire_locks(&bed);
             (out, Some(run_until_done("member-leave", &env, 10)))
         });
+        ledger.merge(writer.stop());
         let Some(rerun) = rerun else {
             assert!(watched.violations.is_empty(), "crash-free run: {:?}", watched.violations);
             assert_converged(&bed, leaving, expected_master, "crash-free run");
+            assert_keys_kept(&bed, &proxy, &ledger, "crash-free run");
             return;
         };
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -80,9 +91,19 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
             assert_eq!(promotes(&bed), expected_promotes, "promotes {:?}", bed.mutations());
             assert_converged(&bed, leaving, expected_master, "converged");
             assert!(watched.violations.is_empty(), "{:?}", watched.violations);
+            assert_keys_kept(&bed, &proxy, &ledger, "converged");
         });
     }
     panic!("member-leave of {leaving} never completed without crashing");
+}
+
+/// Every acknowledged key readable through the proxy and on the master owning its slot.
+fn assert_keys_kept(bed: &Bed, proxy: &testbed::ProxyDouble, ledger: &Ledger, label: &str) {
+    assert!(!ledger.acked.is_empty(), "{label}: no write was acknowledged");
+    let through = ledger.verify_through(&proxy.data_addr());
+    assert!(through.is_clean(), "{label}: through the proxy: {}", through.summary());
+    let stored = ledger.verify_on_backends(&bed.codis);
+    assert!(stored.is_clean(), "{label}: on the master: {}", stored.summary());
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Fail points (built with `--features failpoints`): a master's `switchover` killed before each of its mutations in
 //! turn — every Codis PUT, SLAVEOF, CONFIG REWRITE and etcd write — then run again as KubeBlocks' next call would,
-//! must converge: exactly one master, the one Codis lists, every replica following it, and the master moved once.
+//! must converge: exactly one master, the one Codis lists, every replica following it, and the master moved once;
+//! every key acknowledged through a codis-proxy before and during the runs is still readable.
 //!
 //! One of the points must be "between the fence and the promote": the crash just before `PUT group/promote`, after
 //! the fence was written. There the test also checks what the crash left: the fence naming the target in etcd,
@@ -16,6 +17,7 @@ use std::time::Duration;
 use rollout::{assert_one_master, bed_with_master, codis_master, pika_masters, promotes, switchover_env};
 use summary::Category;
 use support::{describe, run, run_to_completion, Bed};
+use testbed::{Ledger, Workload, WorkloadOptions};
 
 /// Points a master switchover has once every client calls the hook: the topology lock and the fence in etcd, the
 /// promote, SLAVEOF and CONFIG REWRITE for the other replica and for the old master, the fence's removal.
@@ -32,6 +34,15 @@ fn fence(bed: &Bed) -> Option<String> {
     })
 }
 
+/// Every acknowledged key readable through the proxy and on the master owning its slot.
+fn assert_keys_kept(bed: &Bed, proxy: &testbed::ProxyDouble, ledger: &Ledger, label: &str) {
+    assert!(!ledger.acked.is_empty(), "{label}: no write was acknowledged");
+    let through = ledger.verify_through(&proxy.data_addr());
+    assert!(through.is_clean(), "{label}: through the proxy: {}", through.summary());
+    let stored = ledger.verify_on_backends(&bed.codis);
+    assert!(stored.is_clean(), "{label}: on the master: {}", stored.summary());
+}
+
 #[test]
 fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
     let mut points = Category::new("crash: switchover");
@@ -40,6 +51,14 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
     let mut completed = false;
     for n in 1..=40 {
         let bed = bed_with_master(3, 0);
+        // Clients through a codis-proxy before and during the crashed run and its rerun: every acknowledged key must
+        // be there afterwards.
+        let proxy = bed.start_proxy();
+        let mut ledger = Ledger::preload(&proxy.data_addr(), &format!("pre{n}"), 300).expect("preload");
+        let writer = Workload::start(WorkloadOptions {
+            prefix: format!("during{n}"),
+            ..WorkloadOptions::through(&[proxy.data_addr()])
+        });
         let mut env = switchover_env(&bed, 0, None);
         // Long enough that the rerun outwaits the dead run's topology lock (15 s TTL) in one go.
         env.insert("ACTION_BUDGET_SECONDS".into(), "50".into());
@@ -48,6 +67,8 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
         if out.status.code() == Some(0) {
             completed = true;
             assert_one_master(&bed, codis_master(&bed));
+            ledger.merge(writer.stop());
+            assert_keys_kept(&bed, &proxy, &ledger, "no crash");
             break;
         }
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -73,6 +94,8 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
             assert_one_master(&bed, master);
             assert_eq!(promotes(&bed), 1, "{:?}", bed.mutations());
             assert_eq!(fence(&bed), None, "the fence was left behind");
+            ledger.merge(writer.stop());
+            assert_keys_kept(&bed, &proxy, &ledger, &what);
         });
         eprintln!("{label}: tried");
         tried.push((n, what));
