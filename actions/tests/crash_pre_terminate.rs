@@ -16,10 +16,14 @@ use std::collections::BTreeMap;
 use attack::{etcd_entries, expire_locks, run_until_done, watch};
 use summary::Category;
 use support::{describe, run, Bed, ClusterFixture};
+use testbed::{Ledger, Workload, WorkloadOptions};
 
-/// A 1.0.x scale-in about to happen: 3 shards of 2 pods over 24 slots, the middle one leaving.
+/// A 1.0.x scale-in about to happen: 3 shards of 2 pods over Codis's 1024 slots holding keys, the middle one
+/// leaving.
 struct Case {
     bed: Bed,
+    proxy: testbed::ProxyDouble,
+    ledger: Ledger,
     env: BTreeMap<String, String>,
     leaving: u32,
     remaining: Vec<u32>,
@@ -28,11 +32,13 @@ struct Case {
 fn case() -> Case {
     let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions::default());
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
+    let proxy = bed.start_proxy();
+    let ledger = Ledger::preload(&proxy.data_addr(), "before", 600).expect("preload through the proxy");
     let mut env = bed.env_v1_0(1, &[1]);
     env.insert("KB_CLUSTER_COMPONENT_IS_SCALING_IN".into(), "true".into());
     let leaving = bed.gid(1).expect("registered");
     let remaining = vec![bed.gid(0).expect("registered"), bed.gid(2).expect("registered")];
-    Case { bed, env, leaving, remaining }
+    Case { bed, proxy, ledger, env, leaving, remaining }
 }
 
 fn assert_converged(c: &Case, n: usize) {
@@ -50,6 +56,11 @@ fn assert_converged(c: &Case, n: usize) {
         .filter(|k| k.ends_with(&format!("/groups/{}", c.leaving)) || k.contains("/drains/") || k.contains("/locks/"))
         .collect();
     assert!(stale.is_empty(), "crash point {n}: etcd records left: {stale:?}");
+    assert!(!c.ledger.acked.is_empty(), "crash point {n}: no write was acknowledged");
+    let through = c.ledger.verify_through(&c.proxy.data_addr());
+    assert!(through.is_clean(), "crash point {n}: through the proxy: {}", through.summary());
+    let stored = c.ledger.verify_on_backends(&c.bed.codis);
+    assert!(stored.is_clean(), "crash point {n}: on the masters: {}", stored.summary());
     c.bed.codis.clear_requests();
     let out = run("pre-terminate", &c.env);
     assert_eq!(out.status.code(), Some(0), "crash point {n}: {}", describe(&out));
@@ -61,11 +72,16 @@ fn pre_terminate_scaling_in_converges_after_a_crash_before_any_of_its_steps() {
     let mut points = Category::new("crash: pre-terminate (1.0 scale-in)");
     let mut completed = false;
     for n in 1..200 {
-        let c = case();
+        let mut c = case();
         let mut crashing = c.env.clone();
         crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let writer = Workload::start(WorkloadOptions {
+            prefix: format!("during-{n}"),
+            ..WorkloadOptions::through(&[c.proxy.data_addr()])
+        });
         let (out, crashed) = watch(&c.bed, || run("pre-terminate", &crashing));
         if out.status.code() == Some(0) {
+            c.ledger.merge(writer.stop());
             // Fewer than n mutations: every crash point has been tried; the crash-free run converges too.
             assert_converged(&c, n);
             completed = true;
@@ -80,6 +96,7 @@ fn pre_terminate_scaling_in_converges_after_a_crash_before_any_of_its_steps() {
             let (done, watched) = watch(&c.bed, || run_until_done("pre-terminate", &c.env, 10));
             done.unwrap_or_else(|e| panic!("rerun: {e}"));
             assert!(watched.violations.is_empty(), "{:?}", watched.violations);
+            c.ledger.merge(writer.stop());
             assert_converged(&c, n);
         });
     }
