@@ -8,24 +8,12 @@
 //! Codis's 1 s becomes; 1000 is Codis's own pace) and `KBEMU_MEASURE_TICKS` stretches each slot's migration over
 //! that many batches, for a longer drain.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use testbed::kubeblocks::{KubeBlocks, Line, Options};
 
 fn step(what: &str, result: Result<Duration, testbed::kubeblocks::Stuck>) -> Duration {
     result.unwrap_or_else(|stuck| panic!("{what}: {stuck}"))
-}
-
-fn groups_by_shard(kb: &KubeBlocks) -> BTreeMap<String, u32> {
-    let snap = kb.codis().expect("codis").snapshot();
-    kb.shards()
-        .iter()
-        .filter_map(|s| {
-            let server = s.pods.first()?.server.clone();
-            snap.server(&server).map(|(g, _)| (s.short.clone(), g.id))
-        })
-        .collect()
 }
 
 /// The figure behind the choice of retry strategy: how long KubeBlocks 1.1 takes to remove a shard holding 512
@@ -48,7 +36,7 @@ fn main() {
     let kb = KubeBlocks::install(opts).expect("install");
     step("create 2 shards", kb.create_cluster(2, 2));
     let codis = kb.codis().expect("codis");
-    let groups = groups_by_shard(&kb);
+    let groups = kb.groups_by_shard();
     let victim = kb.shards().into_iter().map(|s| s.short).max().expect("a shard");
     let gid = groups[&victim];
     let slots = codis.snapshot().slots_of(gid);

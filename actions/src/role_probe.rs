@@ -1,8 +1,9 @@
 //! `role-probe`: prints `master` or `slave` for the local pika, every few seconds in every pod.
 //!
-//! It is the hot path of the addon, so it stays small: no async runtime, no dashboard, no Tera (its built-in template is
-//! evaluated directly), one connection and one `INFO replication`. A chained node (`role:master&&slave`) is a slave for KubeBlocks. An unreachable pika is
-//! exit 1 with nothing on stdout, which KubeBlocks ignores (the role label stays as it was).
+//! It is the hot path of the addon, so it stays small: no async runtime, no dashboard, no Tera (its built-in template
+//! is evaluated directly), one connection and one `INFO replication`. A chained node (`role:master&&slave`) is a
+//! slave for KubeBlocks. An unreachable pika is exit 1 with nothing on stdout, which KubeBlocks ignores (the role
+//! label stays as it was).
 
 use std::time::Duration;
 

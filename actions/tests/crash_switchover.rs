@@ -34,15 +34,6 @@ fn fence(bed: &Bed) -> Option<String> {
     })
 }
 
-/// Every acknowledged key readable through the proxy and on the master owning its slot.
-fn assert_keys_kept(bed: &Bed, proxy: &testbed::ProxyDouble, ledger: &Ledger, label: &str) {
-    assert!(!ledger.acked.is_empty(), "{label}: no write was acknowledged");
-    let through = ledger.verify_through(&proxy.data_addr());
-    assert!(through.is_clean(), "{label}: through the proxy: {}", through.summary());
-    let stored = ledger.verify_on_backends(&bed.codis);
-    assert!(stored.is_clean(), "{label}: on the master: {}", stored.summary());
-}
-
 #[test]
 fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
     let mut points = Category::new("crash: switchover");
@@ -68,7 +59,7 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
             completed = true;
             assert_one_master(&bed, codis_master(&bed));
             ledger.merge(writer.stop());
-            assert_keys_kept(&bed, &proxy, &ledger, "no crash");
+            ledger.verify_kept(&proxy.data_addr(), &bed.codis).unwrap_or_else(|e| panic!("no crash: {e}"));
             break;
         }
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -95,7 +86,7 @@ fn a_master_switchover_killed_at_any_mutation_converges_when_run_again() {
             assert_eq!(promotes(&bed), 1, "{:?}", bed.mutations());
             assert_eq!(fence(&bed), None, "the fence was left behind");
             ledger.merge(writer.stop());
-            assert_keys_kept(&bed, &proxy, &ledger, &what);
+            ledger.verify_kept(&proxy.data_addr(), &bed.codis).unwrap_or_else(|e| panic!("{what}: {e}"));
         });
         eprintln!("{label}: tried");
         tried.push((n, what));

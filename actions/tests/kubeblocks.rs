@@ -38,19 +38,6 @@ fn step(kb: &KubeBlocks, what: &str, result: Result<Duration, testbed::kubeblock
 
 // ---- end-state checks ------------------------------------------------------------------------------------------
 
-/// The group of each shard (by short name), found by its servers.
-fn groups_by_shard(kb: &KubeBlocks) -> BTreeMap<String, u32> {
-    let codis = kb.codis().expect("codis");
-    let snap = codis.snapshot();
-    kb.shards()
-        .iter()
-        .filter_map(|s| {
-            let server = s.pods.first()?.server.clone();
-            snap.server(&server).map(|(g, _)| (s.short.clone(), g.id))
-        })
-        .collect()
-}
-
 /// Asserts the end state of a Running cluster.
 fn assert_converged(kb: &KubeBlocks, shards: usize, replicas: usize) {
     let line = kb.line().chart_value();
@@ -302,7 +289,7 @@ fn scale_in(line: Line, from: u32, to: u32) {
     step(&kb, &format!("create {from} shards"), kb.create_cluster(from, 2));
     assert_converged(&kb, from as usize, 2);
     let written = write_keys(&kb, "before", 2000);
-    let groups_before = groups_by_shard(&kb);
+    let groups_before = kb.groups_by_shard();
     let (scaled, during) = writing_during(&kb, "during", || kb.scale_shards(to));
     step(&kb, &format!("scale in to {to} shard(s)"), scaled);
     assert_converged(&kb, to as usize, 2);
@@ -381,7 +368,7 @@ fn switchover(line: Line) {
     assert_converged(&kb, 2, 2);
     let shard = kb.shards().into_iter().next().expect("a shard");
     let codis = kb.codis().expect("codis");
-    let gid = groups_by_shard(&kb)[&shard.short];
+    let gid = kb.groups_by_shard()[&shard.short];
     let master = codis.snapshot().master(gid).expect("master").to_owned();
     let from = shard.pods.iter().find(|p| p.server == master).expect("master pod").clone();
     let to = shard.pods.iter().find(|p| p.server != master).expect("a replica").clone();

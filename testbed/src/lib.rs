@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod codis;
 pub mod forwarder;
+pub mod http1;
 mod httpd;
 pub mod kubeblocks;
 pub mod process;

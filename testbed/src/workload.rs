@@ -301,6 +301,28 @@ impl Ledger {
         out
     }
 
+    /// Reads every acknowledged key back both ways a client could find it: through the proxy at `proxy` (its data
+    /// port) and from the master owning its slot as `double` lists it ([`Self::verify_on_backends`]).
+    ///
+    /// # Errors
+    /// What is missing, wrong or unreadable on either side, or that nothing was acknowledged at all (a ledger that
+    /// proves nothing).
+    pub fn verify_kept(&self, proxy: &str, double: &CodisDouble) -> Result<(), String> {
+        if self.acked.is_empty() {
+            return Err("no write was acknowledged".to_owned());
+        }
+        let through = self.verify_through(proxy);
+        let stored = self.verify_on_backends(double);
+        match (through.is_clean(), stored.is_clean()) {
+            (true, true) => Ok(()),
+            (false, true) => Err(format!("through the proxy: {}", through.summary())),
+            (true, false) => Err(format!("on the masters: {}", stored.summary())),
+            (false, false) => {
+                Err(format!("through the proxy: {}; on the masters: {}", through.summary(), stored.summary()))
+            }
+        }
+    }
+
     /// Reads every acknowledged key straight from the master of the group owning its slot, as `double` lists them
     /// (registered addresses mapped through its overrides): what a client would find once proxies follow that
     /// table. A key whose slot is still migrating is looked up on the target.

@@ -690,36 +690,11 @@ impl EventsApi {
 fn serve_events(stream: TcpStream, seen: &Mutex<Vec<serde_json::Value>>) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            if header.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = header.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
-            return;
-        }
-        let mut parts = request_line.split_whitespace();
-        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-        let path = path.split('?').next().unwrap_or("/");
+    while let Some(request) = testbed::http1::read_request(&mut reader) {
+        let (method, path, body) = (request.method.as_str(), request.path(), &request.body);
         let is_events = path.starts_with("/api/v1/namespaces/") && path.ends_with("/events");
         let (status, json) = if method == "POST" && is_events {
-            let mut event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let mut event: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
             let n = {
                 let mut all = seen.lock().unwrap();
                 all.push(event.clone());
@@ -728,16 +703,12 @@ fn serve_events(stream: TcpStream, seen: &Mutex<Vec<serde_json::Value>>) {
             event["metadata"]["name"] = serde_json::json!(format!("event-{n}"));
             event["metadata"]["uid"] = serde_json::json!(format!("00000000-0000-4000-8000-{n:012}"));
             event["metadata"]["resourceVersion"] = serde_json::json!(n.to_string());
-            ("201 Created", event.to_string())
+            (201, event.to_string())
         } else {
             let status = serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404});
-            ("404 Not Found", status.to_string())
+            (404, status.to_string())
         };
-        let reply = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
-            json.len()
-        );
-        if writer.write_all(reply.as_bytes()).is_err() {
+        if testbed::http1::write_json(&mut writer, status, &json).is_err() {
             return;
         }
     }

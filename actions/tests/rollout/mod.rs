@@ -228,42 +228,16 @@ impl FakeKube {
 fn serve(stream: TcpStream, revisions: &Mutex<BTreeMap<String, String>>, requests: &Mutex<Vec<String>>, its: &str) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            if header.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = header.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        let _ = reader.read_exact(&mut body);
-        requests.lock().unwrap().push(request_line.trim().to_owned());
-        let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        let (status, json) = route(&path, revisions, its);
-        let reply = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
-            json.len()
-        );
-        if writer.write_all(reply.as_bytes()).is_err() {
+    while let Some(request) = testbed::http1::read_request(&mut reader) {
+        requests.lock().unwrap().push(request.line.clone());
+        let (status, json) = route(&request.target, revisions, its);
+        if testbed::http1::write_json(&mut writer, status, &json).is_err() {
             return;
         }
     }
 }
 
-fn route(path: &str, revisions: &Mutex<BTreeMap<String, String>>, its: &str) -> (&'static str, String) {
+fn route(path: &str, revisions: &Mutex<BTreeMap<String, String>>, its: &str) -> (u16, String) {
     let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
     let instance_set = format!("/apis/workloads.kubeblocks.io/v1/namespaces/{NAMESPACE}/instancesets/{its}");
     if path.split('?').next() == Some(pods.as_str()) {
@@ -279,17 +253,17 @@ fn route(path: &str, revisions: &Mutex<BTreeMap<String, String>>, its: &str) -> 
             })
             .collect();
         let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items});
-        ("200 OK", list.to_string())
+        (200, list.to_string())
     } else if path.split('?').next() == Some(instance_set.as_str()) {
         let its = serde_json::json!({
             "apiVersion": "workloads.kubeblocks.io/v1", "kind": "InstanceSet",
             "metadata": {"name": its, "namespace": NAMESPACE},
             "status": {"updateRevision": NEW_REVISION, "currentRevision": OLD_REVISION}
         });
-        ("200 OK", its.to_string())
+        (200, its.to_string())
     } else {
         let status = serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404});
-        ("404 Not Found", status.to_string())
+        (404, status.to_string())
     }
 }
 

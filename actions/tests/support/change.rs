@@ -113,10 +113,7 @@ impl Change {
         let written = writer.stop();
         assert!(written.acked.len() > 50, "the writer got {} writes through", written.acked.len());
         ledger.merge(written);
-        let through = ledger.verify_through(&self.proxy.data_addr());
-        assert!(through.is_clean(), "through the proxy: {}", through.summary());
-        let backends = ledger.verify_on_backends(&self.bed.codis);
-        assert!(backends.is_clean(), "on the backends: {}", backends.summary());
+        ledger.verify_kept(&self.proxy.data_addr(), &self.bed.codis).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Every slot in `gids`, balanced, nothing migrating, the groups of `gone` removed with their servers.

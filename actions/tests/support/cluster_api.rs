@@ -8,7 +8,7 @@
 //! Declared with `#[path = "support/cluster_api.rs"] mod cluster_api;` next to `mod support;`.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -78,27 +78,24 @@ fn serve(
 ) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut writer = stream;
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-        return;
-    }
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = header.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap_or(0);
-            }
+    while let Some(request) = testbed::http1::read_request(&mut reader) {
+        requests.lock().unwrap().push(request.line.clone());
+        let Some((status, json)) = answer_to(&request, answer, path, namespace, name) else { return };
+        if testbed::http1::write_json(&mut writer, status, &json.to_string()).is_err() {
+            return;
         }
     }
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    requests.lock().unwrap().push(request_line.trim().to_owned());
-    let target = request_line.split_whitespace().nth(1).unwrap_or_default();
-    let target = target.split('?').next().unwrap_or_default();
+}
+
+/// The answer to `request`; `None` for one that never comes (the answer hangs).
+fn answer_to(
+    request: &testbed::http1::HttpRequest,
+    answer: &Mutex<ClusterAnswer>,
+    path: &str,
+    namespace: &str,
+    name: &str,
+) -> Option<(u16, serde_json::Value)> {
+    let target = request.path();
     let current = answer.lock().unwrap().clone();
     let (status, json) = if target != path {
         (404, status_body(404, "NotFound", &format!("the server could not find the requested resource {target}")))
@@ -106,7 +103,7 @@ fn serve(
         match current {
             ClusterAnswer::Hang => {
                 std::thread::sleep(std::time::Duration::from_secs(600));
-                return;
+                return None;
             }
             ClusterAnswer::Gone => {
                 (404, status_body(404, "NotFound", &format!("clusters.apps.kubeblocks.io \"{name}\" not found")))
@@ -126,17 +123,7 @@ fn serve(
             ClusterAnswer::Stays(shards) => (200, cluster_body(namespace, name, false, &shards)),
         }
     };
-    let reason = match status {
-        200 => "OK",
-        403 => "Forbidden",
-        _ => "Not Found",
-    };
-    let text = json.to_string();
-    let _ = write!(
-        writer,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    );
+    Some((status, json))
 }
 
 fn status_body(code: u16, reason: &str, message: &str) -> serde_json::Value {

@@ -11,13 +11,15 @@
 //! field selectors, set-based label selectors, PATCH/PUT/DELETE, the events.k8s.io API.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use crate::http1;
 
 /// What the API server serves, supplied by the emulation.
 pub trait Backend: Send + Sync {
@@ -164,42 +166,17 @@ fn serve(stream: TcpStream, backend: &dyn Backend, requests: &Mutex<Vec<Request>
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            if header.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = header.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let mut parts = request_line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_owned();
-        let target = parts.next().unwrap_or("/").to_owned();
-        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        let Some(request) = http1::read_request(&mut reader) else { return };
+        let path = request.path();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let query = parse_query(query);
-        let (status, reply) = match method.as_str() {
+        let query = parse_query(request.query());
+        let (status, reply) = match request.method.as_str() {
             "GET" => match backend.get(&segments, &query) {
                 Some(v) => (200, v),
                 None => (404, not_found(path)),
             },
             "POST" if segments.len() == 5 && segments[..2] == ["api", "v1"] && segments[4] == "events" => {
-                let mut event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let mut event: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
                 if let Some(meta) = event.get_mut("metadata").and_then(Value::as_object_mut) {
                     if !meta.contains_key("name") {
                         let prefix = meta.get("generateName").and_then(Value::as_str).unwrap_or("event.").to_owned();
@@ -213,19 +190,9 @@ fn serve(stream: TcpStream, backend: &dyn Backend, requests: &Mutex<Vec<Request>
             _ => (404, not_found(path)),
         };
         if let Ok(mut log) = requests.lock() {
-            log.push(Request { method: method.clone(), target: target.clone(), status });
+            log.push(Request { method: request.method.clone(), target: request.target.clone(), status });
         }
-        let text = reply.to_string();
-        let reason = match status {
-            200 => "OK",
-            201 => "Created",
-            _ => "Not Found",
-        };
-        let head = format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            text.len()
-        );
-        if writer.write_all(head.as_bytes()).and_then(|()| writer.write_all(text.as_bytes())).is_err() {
+        if http1::write_json(&mut writer, status, &reply.to_string()).is_err() {
             return;
         }
     }
@@ -233,6 +200,8 @@ fn serve(stream: TcpStream, backend: &dyn Backend, requests: &Mutex<Vec<Request>
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead, Read, Write};
+
     use super::*;
 
     struct Fixed(Mutex<Vec<Value>>);

@@ -536,6 +536,20 @@ impl KubeBlocks {
             .collect()
     }
 
+    /// The Codis group of each shard (by short name), found by its first pod's server; shards Codis does not list,
+    /// or all of them before codis-dashboard exists, are left out.
+    pub fn groups_by_shard(&self) -> BTreeMap<String, u32> {
+        let Some(codis) = self.codis() else { return BTreeMap::new() };
+        let snap = codis.snapshot();
+        self.shards()
+            .iter()
+            .filter_map(|s| {
+                let server = &s.pods.first()?.server;
+                snap.server(server).map(|(g, _)| (s.short.clone(), g.id))
+            })
+            .collect()
+    }
+
     /// `<fqdn>:<port>` → `127.0.0.1:<port>` of every pod that has a volume.
     pub fn server_addresses(&self) -> BTreeMap<String, String> {
         lock(&self.inner.servers).values().cloned().collect()
