@@ -235,6 +235,9 @@ fn a_drain_that_drops_one_slots_keys_is_caught_by_the_verifier() {
     assert!(through.wrong.is_empty() && through.errors.is_empty(), "{}", through.summary());
     let direct = ledger.verify_on_backends(&bed.double);
     assert_eq!(direct.lost, through.lost, "the backends tell the same");
+    // The check the topology tests use sees it on both sides.
+    let kept = ledger.verify_kept(&bed.proxy.data_addr(), &bed.double).expect_err("a lost slot is not kept");
+    assert!(kept.contains("through the proxy") && kept.contains("on the masters"), "{kept}");
 }
 
 #[test]
