@@ -84,16 +84,12 @@ impl Change {
 
     /// Starts counting slot moves: every change of a slot's owner from now on.
     pub fn count_moves(&self) {
-        self.bed.codis.start_trace(|snap| serde_json::json!(snap.slots.iter().map(|s| s.group_id).collect::<Vec<_>>()));
+        self.bed.codis.start_owner_trace();
     }
 
     /// Slot moves since [`Change::count_moves`]: every time a slot owned by a group changed owner.
     pub fn moves(&self) -> usize {
-        let trace = self.bed.codis.take_trace();
-        let owners: Vec<Vec<u64>> = trace
-            .into_iter()
-            .map(|(_, v)| v.as_array().expect("owners").iter().map(|g| g.as_u64().expect("gid")).collect())
-            .collect();
+        let owners: Vec<Vec<u32>> = self.bed.codis.take_owner_trace().into_iter().map(|(_, owners)| owners).collect();
         owners
             .windows(2)
             .map(|w| w[0].iter().zip(&w[1]).filter(|(before, after)| **before != 0 && before != after).count())

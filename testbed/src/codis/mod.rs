@@ -298,10 +298,19 @@ struct Trace {
     log: Vec<(Duration, serde_json::Value)>,
 }
 
+/// The owner of every slot (index = slot id, 0 = offline) at every change (see
+/// [`CodisDouble::start_owner_trace`]): what [`Trace`] would record with that projection, without cloning the whole
+/// state at every release of the state lock, which happens thousands of times a second in a 1024-slot migration.
+struct OwnerTrace {
+    started: Instant,
+    log: Vec<(Duration, Vec<u32>)>,
+}
+
 /// The state lock; on release, a running trace records the projection if it changed.
 pub(crate) struct StateGuard<'a> {
     guard: MutexGuard<'a, State>,
     trace: &'a Mutex<Option<Trace>>,
+    owners: &'a Mutex<Option<OwnerTrace>>,
     tracing: &'a AtomicBool,
 }
 
@@ -331,6 +340,14 @@ impl Drop for StateGuard<'_> {
                 t.log.push((at, value));
             }
         }
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = owners.as_mut() {
+            let slots = &self.guard.topo.slots;
+            if t.log.last().is_none_or(|(_, last)| !last.iter().copied().eq(slots.iter().map(|s| s.group_id))) {
+                let at = t.started.elapsed();
+                t.log.push((at, slots.iter().map(|s| s.group_id).collect()));
+            }
+        }
     }
 }
 
@@ -343,6 +360,8 @@ pub(crate) struct Shared {
     overrides: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
     trace: Mutex<Option<Trace>>,
+    owners: Mutex<Option<OwnerTrace>>,
+    /// Whether either trace runs.
     tracing: AtomicBool,
     /// Pooled connections, as Codis pools them: the migration executor's and the stats loop's, by real address.
     action_pool: Mutex<HashMap<String, Vec<Conn>>>,
@@ -362,6 +381,7 @@ impl Shared {
         StateGuard {
             guard: self.state.lock().unwrap_or_else(PoisonError::into_inner),
             trace: &self.trace,
+            owners: &self.owners,
             tracing: &self.tracing,
         }
     }
@@ -515,6 +535,7 @@ impl CodisDouble {
             overrides: Mutex::new(opts.overrides.clone()),
             state: Mutex::new(State::new(topo)),
             trace: Mutex::new(None),
+            owners: Mutex::new(None),
             tracing: AtomicBool::new(false),
             action_pool: Mutex::new(HashMap::new()),
             stats_pool: Mutex::new(HashMap::new()),
@@ -647,8 +668,37 @@ impl CodisDouble {
 
     /// Stops the trace and returns what it recorded.
     pub fn take_trace(&self) -> Vec<(Duration, serde_json::Value)> {
-        self.shared.tracing.store(false, Ordering::SeqCst);
-        self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner).take().map(|t| t.log).unwrap_or_default()
+        let log = self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner).take().map(|t| t.log);
+        self.keep_tracing_if_any();
+        log.unwrap_or_default()
+    }
+
+    /// Clears the tracing flag unless a trace still runs, so that releasing the state lock costs nothing then.
+    fn keep_tracing_if_any(&self) {
+        let state = self.shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let any = self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+            || self.shared.owners.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+        self.shared.tracing.store(any, Ordering::SeqCst);
+        drop(state);
+    }
+
+    /// Starts recording the owner of every slot at every change, consecutive equal ones collapsed, with the time
+    /// since this call; replaces a running owner trace. For counting slot moves over a whole change.
+    pub fn start_owner_trace(&self) {
+        // The state lock before the trace's, as a releasing state guard takes them: no change falls between the
+        // first entry and the flag.
+        let state = self.shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = state.topo.slots.iter().map(|s| s.group_id).collect();
+        *self.shared.owners.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(OwnerTrace { started: Instant::now(), log: vec![(Duration::ZERO, first)] });
+        self.shared.tracing.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops the owner trace and returns what it recorded.
+    pub fn take_owner_trace(&self) -> Vec<(Duration, Vec<u32>)> {
+        let log = self.shared.owners.lock().unwrap_or_else(PoisonError::into_inner).take().map(|t| t.log);
+        self.keep_tracing_if_any();
+        log.unwrap_or_default()
     }
 
     /// Polls [`CodisDouble::snapshot`] every few milliseconds until `ready` holds; the matching snapshot, or `None`
