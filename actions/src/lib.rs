@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod allocator;
 pub mod budget;
 pub mod cli;
 pub mod cluster;

@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 
 use crate::budget::Budget;
 use crate::cluster::{release, Session, CALL_TIMEOUT};
-use crate::codis::{Dashboard, Group, Stats};
+use crate::codis::{Dashboard, Group};
 use crate::context::Context;
 use crate::detector::{Detector, Verdict};
 use crate::error::{Error, Result};
@@ -352,16 +352,14 @@ impl<'a> Leader<'a> {
     }
 
     async fn refresh(&mut self) {
-        let stats: Stats = match self.dashboard.stats().await {
-            Ok(stats) => stats,
+        let models = match self.dashboard.groups().await {
+            Ok(models) => models,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read codis; probing the masters known so far");
                 return;
             }
         };
-        self.groups = stats
-            .group
-            .models
+        self.groups = models
             .iter()
             .filter_map(|g| {
                 Some((
@@ -377,7 +375,7 @@ impl<'a> Leader<'a> {
             .collect();
         // A deposed master no longer in its group (or the group gone) needs nothing more.
         self.deposed.retain(|server, gid| {
-            stats.group(*gid).is_some_and(|g| {
+            models.iter().find(|g| g.id == *gid).is_some_and(|g| {
                 g.server(server).is_some() && !g.master().is_some_and(|m| m.eq_ignore_ascii_case(server))
             })
         });
@@ -386,6 +384,8 @@ impl<'a> Leader<'a> {
         self.detector.watch(watched);
         let watched: BTreeSet<String> = self.detector.servers().map(str::to_owned).collect();
         self.conns.retain(|s, _| watched.contains(s));
+        // The stats just read and dropped were most of what this process ever allocated.
+        crate::allocator::give_back_free_memory();
     }
 
     fn master_of(&self, server: &str) -> Option<u32> {
