@@ -238,12 +238,6 @@ impl Dashboard {
         Ok(only.group.models)
     }
 
-    /// What the dashboard reads from a server's `INFO` (`GET /api/topom/group/info/{addr}`, no xauth).
-    pub async fn group_info(&self, addr: &str) -> Result<Map<String, Value>, Error> {
-        let path = format!("/api/topom/group/info/{}", segment("/api/topom/group/info", addr)?);
-        self.get_json(&path).await
-    }
-
     // ---- groups ------------------------------------------------------------------------------------------------
 
     /// Creates group `gid` (1..=9999).
@@ -271,37 +265,12 @@ impl Dashboard {
         self.put_ok("group/promote", &[&gid.to_string(), addr], None).await
     }
 
-    /// Pushes group `gid`'s slots to every proxy.
-    pub async fn group_resync(&self, gid: u32) -> Result<(), Error> {
-        self.put_ok("group/resync", &[&gid.to_string()], None).await
-    }
-
     /// Pushes every group's slots to every proxy.
     pub async fn group_resync_all(&self) -> Result<(), Error> {
         self.put_ok("group/resync-all", &[], None).await
     }
 
-    /// Queues a sync action for server `addr` (the dashboard sends it `SLAVEOF` its group's master).
-    pub async fn sync_action_create(&self, addr: &str) -> Result<(), Error> {
-        self.put_ok("group/action/create", &[addr], None).await
-    }
-
-    /// Clears the sync action of server `addr`.
-    pub async fn sync_action_remove(&self, addr: &str) -> Result<(), Error> {
-        self.put_ok("group/action/remove", &[addr], None).await
-    }
-
     // ---- slots -------------------------------------------------------------------------------------------------
-
-    /// Queues the migration of slot `sid` to group `gid`.
-    pub async fn slot_action_create(&self, sid: u32, gid: u32) -> Result<(), Error> {
-        self.put_ok("slots/action/create", &[&sid.to_string(), &gid.to_string()], None).await
-    }
-
-    /// Queues the migration of up to `num` slots (lowest ids first) from group `src` to group `dst`.
-    pub async fn slot_action_create_some(&self, src: u32, dst: u32, num: u32) -> Result<(), Error> {
-        self.put_ok("slots/action/create-some", &[&src.to_string(), &dst.to_string(), &num.to_string()], None).await
-    }
 
     /// Queues the migration of slots `beg..=end` to group `gid` (all or nothing).
     pub async fn slot_action_create_range(&self, beg: u32, end: u32, gid: u32) -> Result<(), Error> {
@@ -311,16 +280,6 @@ impl Dashboard {
     /// Cancels the pending migration of slot `sid` (only pending actions can be cancelled).
     pub async fn slot_action_remove(&self, sid: u32) -> Result<(), Error> {
         self.put_ok("slots/action/remove", &[&sid.to_string()], None).await
-    }
-
-    /// Sets the pause between migration batches, in microseconds (the dashboard clamps it to one second).
-    pub async fn slot_action_interval(&self, micros: u64) -> Result<(), Error> {
-        self.put_ok("slots/action/interval", &[&micros.to_string()], None).await
-    }
-
-    /// Stops (`true`) or resumes (`false`) the picking of pending slot actions.
-    pub async fn slot_action_disabled(&self, disabled: bool) -> Result<(), Error> {
-        self.put_ok("slots/action/disabled", &[flag(disabled)], None).await
     }
 
     /// Maps each `(slot, group)` pair without moving any data (for slots with no keys).
@@ -852,13 +811,7 @@ pub struct Progress {
     pub status: String,
 }
 
-impl Progress {
-    /// Whether the last batch failed (the dashboard retries by itself).
-    #[must_use]
-    pub fn is_error(&self) -> bool {
-        self.status.starts_with("[ERROR]")
-    }
-}
+impl Progress {}
 
 #[cfg(test)]
 mod tests {

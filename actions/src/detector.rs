@@ -21,8 +21,6 @@ struct Track {
     failing_since: Option<Instant>,
     /// The last failure, for the verdict.
     last_error: Option<String>,
-    /// When a probe last succeeded.
-    last_ok: Option<Instant>,
 }
 
 /// A server found dead.
@@ -101,7 +99,6 @@ impl Detector {
             Ok(()) if now.saturating_duration_since(sent) <= self.detection => {
                 t.failing_since = None;
                 t.last_error = None;
-                t.last_ok = Some(now);
             }
             Ok(()) => {
                 t.failing_since.get_or_insert(sent);
@@ -112,12 +109,6 @@ impl Detector {
                 t.last_error = Some(e);
             }
         }
-    }
-
-    /// Whether `server`'s last probe succeeded and nothing failed since.
-    #[must_use]
-    pub fn is_answering(&self, server: &str) -> bool {
-        self.tracks.get(&server.to_ascii_lowercase()).is_some_and(|t| t.failing_since.is_none() && t.last_ok.is_some())
     }
 
     /// Whether `server` is failing now (at least one failed probe since its last success).
@@ -234,7 +225,7 @@ mod tests {
         d.report(S, now - ms(5), Err("stale".into()), now);
         assert!(!d.is_failing(S), "a report for a probe not in flight is ignored");
         d.report(S, now, Ok(()), now + ms(1));
-        assert!(d.is_answering(S));
+        assert!(!d.is_failing(S) && d.due(now + ms(20)) == [S.to_owned()], "answered: probed again on schedule");
         d.watch(Vec::<String>::new());
         assert_eq!(d.servers().count(), 0);
         d.report(S, now, Err("gone".into()), now);

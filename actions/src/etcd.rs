@@ -277,24 +277,6 @@ impl Etcd {
         self.txn("delete if value matches", key, txn).await
     }
 
-    /// Sets `key` to `value` only while `guard` still holds its lock (its queue key exists with the create revision
-    /// of its fence), in one transaction; `true` when written. A holder whose lease expired, or which was replaced,
-    /// cannot write any more, however late its request arrives.
-    pub async fn put_if_held(
-        &self,
-        guard: &LockGuard,
-        key: &str,
-        value: &str,
-        ttl: Option<Duration>,
-    ) -> Result<bool, Error> {
-        crate::failpoint::step("etcd put_if_held");
-        let lease = self.lease_for(key, ttl).await?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(guard.queue_key.as_str(), CompareOp::Equal, guard.fence)])
-            .and_then([TxnOp::put(key, value, Some(put_options(lease)))]);
-        self.txn("put under lock", key, txn).await
-    }
-
     /// Takes the lock `key`, waiting at most `wait` for the current holder; `holder` describes this process (pod,
     /// action) and is what a contender that gives up reports.
     ///
@@ -890,23 +872,6 @@ mod tests {
         assert_eq!(etcd.get(&key).await.expect("get").expect("still there").value, "pod-2");
         assert!(etcd.delete_if_value(&key, "pod-2").await.expect("delete match"));
         assert!(etcd.get(&key).await.expect("get").is_none());
-    }
-
-    #[tokio::test]
-    async fn a_write_fenced_on_a_lock_fails_once_the_lock_is_gone() {
-        let server = EtcdServer::start();
-        let etcd = connect(&server).await;
-        let key = lock_key("fenced");
-        let data = format!("{}fence/group-2", cluster_prefix("test-ns", "test-cluster"));
-        let mut guard = etcd.lock(&key, TTL, TIMEOUT, "writer").await.expect("lock");
-        assert!(etcd.put_if_held(&guard, &data, "pod-1", None).await.expect("fenced put"));
-        // A stale holder: same guard data, lock released meanwhile (as after a lease expiry).
-        let mut client = etcd.client.clone();
-        client.lease_revoke(guard.lease).await.expect("revoke");
-        assert!(!etcd.put_if_held(&guard, &data, "pod-9", None).await.expect("fenced put"));
-        assert!(!guard.is_held().await);
-        assert_eq!(etcd.get(&data).await.expect("get").expect("present").value, "pod-1");
-        guard.release().await.expect("release of a revoked lease");
     }
 
     #[tokio::test]

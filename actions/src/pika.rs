@@ -509,15 +509,6 @@ impl Pika {
         }))
     }
 
-    /// `CONFIG SET key value`. The value is neither logged nor put in errors (it can be a password).
-    pub async fn config_set(&self, key: &str, value: &str) -> Result<(), Error> {
-        crate::failpoint::step("CONFIG SET");
-        tracing::debug!(pika = %self.addr, key, "config set");
-        let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("SET").arg(key).arg(value);
-        self.query("CONFIG SET", &cmd, Some(value)).await
-    }
-
     async fn query<T: redis::FromRedisValue>(
         &self,
         command: &'static str,
@@ -919,8 +910,6 @@ mod tests {
         assert_eq!(r.connected_slaves, 0);
         assert_eq!(pika.config_get("port").await.unwrap(), Some(server.port.to_string()));
         assert_eq!(pika.config_get("no-such-item").await.unwrap(), None);
-        pika.config_set("maxclients", "1234").await.unwrap();
-        assert_eq!(pika.config_get("maxclients").await.unwrap().as_deref(), Some("1234"));
         assert_eq!(probe_role("127.0.0.1", server.port, None, T).unwrap(), Role::Master);
     }
 
@@ -975,16 +964,6 @@ mod tests {
         let err = anonymous.info_replication().await.unwrap_err();
         assert!(err.to_string().contains("NOAUTH"), "{err}");
         assert!(probe_role("127.0.0.1", server.port, None, T).is_err());
-    }
-
-    #[tokio::test]
-    async fn a_config_set_failure_does_not_echo_the_value() {
-        let server = TestRedis::start("");
-        let pika = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
-        let value = "not-a-number-s3cret";
-        let err = pika.config_set("maxclients", value).await.unwrap_err();
-        assert!(matches!(err, Error::Command { command: "CONFIG SET", .. }), "{err:?}");
-        assert!(!err.to_string().contains(value), "{err}");
     }
 
     #[tokio::test]

@@ -308,29 +308,6 @@ impl Plan {
         ranges.sort_unstable_by_key(|r| (r.beg, r.from, r.to));
         ranges
     }
-
-    /// The moves to start now when the groups in `busy` are still migrating: walking the rounds in order, every move
-    /// whose groups are neither busy nor already picked.
-    ///
-    /// Meant for an executor that re-plans from a fresh slot table after each batch (the started moves then count as
-    /// in-flight). With nothing busy the pick contains all of round 0, so every group on the critical path advances
-    /// and the re-plan's critical path is one shorter: re-planning after each batch finishes in `critical_path`
-    /// batches.
-    #[must_use]
-    pub fn next_round(&self, busy: &BTreeSet<u32>) -> Vec<Move> {
-        let mut taken: BTreeSet<u32> = BTreeSet::new();
-        let mut picked = Vec::new();
-        for m in self.rounds.iter().flatten() {
-            let idle = |gid: u32| !busy.contains(&gid) && !taken.contains(&gid);
-            if idle(m.from) && idle(m.to) {
-                taken.insert(m.from);
-                taken.insert(m.to);
-                picked.push(*m);
-            }
-        }
-        picked.sort_unstable();
-        picked
-    }
 }
 
 /// The slot table sorted by what each group holds.
@@ -735,6 +712,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
+
+    /// An executor that re-plans from a fresh slot table after each batch (the started moves then count as in-flight)
+    /// would start these moves when the groups in `busy` are still migrating: walking the rounds in order, every move
+    /// whose groups are neither busy nor already picked. With nothing busy the pick contains all of round 0, so every group on the critical path advances
+    /// and the re-plan's critical path is one shorter: re-planning after each batch finishes in `critical_path`
+    /// batches.
+    fn next_round(plan: &Plan, busy: &BTreeSet<u32>) -> Vec<Move> {
+        let mut taken: BTreeSet<u32> = BTreeSet::new();
+        let mut picked = Vec::new();
+        for m in plan.rounds.iter().flatten() {
+            let idle = |gid: u32| !busy.contains(&gid) && !taken.contains(&gid);
+            if idle(m.from) && idle(m.to) {
+                taken.insert(m.from);
+                taken.insert(m.to);
+                picked.push(*m);
+            }
+        }
+        picked.sort_unstable();
+        picked
+    }
 
     // ---------------------------------------------------------------------------------------------------------------
     // Fixtures. Group ids are spaced (3, 10, 17, …) so that mixing up a group's index and its id fails loudly.
@@ -1249,7 +1246,7 @@ mod tests {
             if let Ok(plan) = rebalance(&t.slots, &t.targets) {
                 let mut dice = Dice(seed);
                 let busy: BTreeSet<u32> = t.universe.iter().copied().filter(|_| dice.per_mille(300)).collect();
-                let pick = plan.next_round(&busy);
+                let pick = next_round(&plan, &busy);
                 let mut seen = BTreeSet::new();
                 for m in &pick {
                     prop_assert!(plan.moves.contains(m));
@@ -1302,7 +1299,7 @@ mod tests {
             prop_assert!(plan.assign.is_empty());
             let mut batches = 0;
             while !plan.moves.is_empty() {
-                let pick = plan.next_round(&BTreeSet::new());
+                let pick = next_round(&plan, &BTreeSet::new());
                 prop_assert!(!pick.is_empty());
                 for m in &pick {
                     table[m.slot as usize] = SlotState::owned(m.to);

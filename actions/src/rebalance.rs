@@ -436,18 +436,6 @@ fn proxy_note(stats: &Stats) -> Option<String> {
     })
 }
 
-/// The groups taking part in a migration now (for callers that must not disturb them).
-#[must_use]
-pub fn busy_groups(stats: &Stats) -> BTreeSet<u32> {
-    stats
-        .slots
-        .iter()
-        .filter(|sl| !sl.is_idle())
-        .flat_map(|sl| [sl.group_id, sl.action.target_id.unwrap_or(0)])
-        .filter(|&g| g != 0)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
