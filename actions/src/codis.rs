@@ -127,6 +127,32 @@ impl Error {
         self.codis_cause().is_some_and(|c| c.contains("is promoting"))
     }
 
+    /// Whether Codis refused to remove a slot action that has started (`slot-[100] action isn't pending`).
+    #[must_use]
+    pub fn is_not_pending(&self) -> bool {
+        self.codis_cause().is_some_and(|c| c.contains("isn't pending"))
+    }
+
+    /// Whether Codis refused to remove a group's master while the group holds slots
+    /// (`group-[2] can't remove master, still in use`).
+    #[must_use]
+    pub fn is_master_in_use(&self) -> bool {
+        self.codis_cause().is_some_and(|c| c.contains("can't remove master"))
+    }
+
+    /// Whether Codis refused a promote because the server is the master already (`group-[1] can't promote master`).
+    #[must_use]
+    pub fn is_master_already(&self) -> bool {
+        self.codis_cause().is_some_and(|c| c.contains("can't promote master"))
+    }
+
+    /// Whether Codis refused a promote only because a migration batch is on the wire
+    /// (`slots-migration is running = 1`): accepted between two batches.
+    #[must_use]
+    pub fn is_migration_running(&self) -> bool {
+        self.codis_cause().is_some_and(|c| c.contains("slots-migration is running"))
+    }
+
     /// The cause, only when Codis itself produced it: a proxy's 404 page must never read as "doesn't exist".
     fn codis_cause(&self) -> Option<&str> {
         match self {
@@ -950,6 +976,14 @@ mod tests {
         assert!(err(800, "group-[2] is promoting").is_promoting());
         assert!(err(800, "group-[2] is promoting index = 1").is_promoting());
         assert!(!err(800, "group-[2] isn't empty").is_not_found());
+        // Causes as the second recording has them.
+        assert!(err(800, "slot-[5] action already exists").is_already_exists());
+        assert!(err(800, "slot-[100] action isn't pending").is_not_pending());
+        assert!(err(800, "group-[2] can't remove master, still in use").is_master_in_use());
+        assert!(err(800, "group-[1] can't promote master").is_master_already());
+        assert!(err(800, "slots-migration is running = 1").is_migration_running());
+        assert!(!err(800, "group-[3] is promoting").is_migration_running());
+        assert!(!err(500, "slots-migration is running = 1").is_migration_running());
         assert!(!err(404, "doesn't exist").is_not_found());
         assert_eq!(err(404, "404 page not found").cause(), Some("404 page not found"));
         let text = err(800, "group-[1] already exists").to_string();

@@ -78,7 +78,7 @@ async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> 
             Ok(()) => notes.push(format!("removed {server} from group {gid}")),
             // Codis changed under us (the fork's HA reordered the group, a promote started, someone removed it):
             // the next round reads it again.
-            Err(e) if e.is_not_member() || e.is_promoting() || e.cause().is_some_and(is_reorder_refusal) => {
+            Err(e) if e.is_not_member() || e.is_promoting() || e.is_master_in_use() => {
                 tracing::info!(gid, server, error = %e, "group changed; looking again");
             }
             Err(e) => return Err(e.into()),
@@ -87,11 +87,6 @@ async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> 
     Err(Error::InProgress {
         progress: format!("{server} is still in a group that keeps changing: {}", notes.join("; ")),
     })
-}
-
-/// Codis' refusal to delete a master, seen when the fork promoted the leaving server after we read the group.
-fn is_reorder_refusal(cause: &str) -> bool {
-    cause.contains("can't remove master")
 }
 
 /// Slots the group owns or receives.

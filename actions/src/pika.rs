@@ -56,6 +56,20 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether SLAVEOF was refused for a reason that clears by itself (the node still has replicas, or is in the
+    /// middle of a replication state change), rather than for good.
+    #[must_use]
+    pub fn is_transient_slaveof_refusal(&self) -> bool {
+        match self {
+            Self::Command { message, .. } => {
+                message.contains("already master of others") || message.contains("not in correct state for slaveof")
+            }
+            _ => false,
+        }
+    }
+}
+
 // ---- INFO replication --------------------------------------------------------------------------------------------
 
 /// A server's replication role as pika reports it.
@@ -897,6 +911,19 @@ mod tests {
             assert!(Instant::now() < deadline, "{what}: still {r:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    #[test]
+    fn pikas_refusals_while_it_has_replicas_are_waited_out_and_others_are_not() {
+        let refusal = |message: &str| Error::Command {
+            addr: "10.0.0.1:9221".into(),
+            command: "SLAVEOF",
+            message: message.into(),
+        };
+        assert!(refusal("ERR already master of others, invalid usage").is_transient_slaveof_refusal());
+        assert!(refusal("ERR Server is not in correct state for slaveof").is_transient_slaveof_refusal());
+        assert!(!refusal("ERR The master ip:port and the slave ip:port are the same").is_transient_slaveof_refusal());
+        assert!(!Error::Timeout { addr: "a:1".into(), command: "SLAVEOF" }.is_transient_slaveof_refusal());
     }
 
     #[tokio::test]

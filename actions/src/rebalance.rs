@@ -264,7 +264,7 @@ async fn plan_and_submit(
             match s.dashboard.slot_action_remove(sid).await {
                 Ok(()) => outcome.cancelled += 1,
                 // Started meanwhile (it lands and moves again) or gone: the next read shows which.
-                Err(e) if e.is_not_found() || e.cause().is_some_and(|c| c.contains("isn't pending")) => {}
+                Err(e) if e.is_not_found() || e.is_not_pending() => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -310,7 +310,7 @@ async fn submit(s: &Session<'_>, plan: &Plan, queued: &[Queued]) -> Result<usize
         match s.dashboard.slot_action_create_range(r.beg, r.end, r.to).await {
             Ok(()) => created += (r.end - r.beg + 1) as usize,
             // Another run created some of them meanwhile: the next plan sees them in flight.
-            Err(e) if e.cause().is_some_and(|c| c.contains("action already exists")) => {}
+            Err(e) if e.is_already_exists() => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -102,18 +102,6 @@ pub fn member_step(info: &Replication, master_host: &str, master_port: u16) -> M
     }
 }
 
-/// Whether a SLAVEOF failed for a reason that clears by itself once the node loses its replicas or finishes a
-/// replication state change, rather than for good.
-#[must_use]
-pub fn is_transient_refusal(err: &pika::Error) -> bool {
-    match err {
-        pika::Error::Command { message, .. } => {
-            message.contains("already master of others") || message.contains("not in correct state for slaveof")
-        }
-        _ => false,
-    }
-}
-
 // ---- surveying a group --------------------------------------------------------------------------------------------
 
 /// `INFO replication` of each of `servers`, asked concurrently (a dead pod costs one timeout, not one per member);
@@ -557,8 +545,12 @@ async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
                 tracing::warn!(gid, error = %e, "another promote is in progress");
                 return Ok(());
             }
-            Some(e) if e.cause().is_some_and(|c| c.contains("can't promote master")) => return Ok(()),
-            Some(e) if e.cause().is_some() && !group.is_promoting() && !is_retryable(&e) => return Err(e.into()),
+            Some(e) if e.is_master_already() => return Ok(()),
+            Some(e)
+                if e.cause().is_some() && !group.is_promoting() && !(e.is_migration_running() || e.is_promoting()) =>
+            {
+                return Err(e.into())
+            }
             Some(e) => tracing::warn!(gid, to, error = %e, "promote not finished; retrying with the same address"),
             None => tracing::debug!(gid, to, "promote answered but codis has not settled yet"),
         }
@@ -566,10 +558,6 @@ async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
         // Codis refuses a promote only while a migration batch is on the wire: the next gap comes soon.
         tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
-}
-
-fn is_retryable(e: &crate::codis::Error) -> bool {
-    e.cause().is_some_and(|c| c.contains("slots-migration is running") || c.contains("is promoting"))
 }
 
 fn group_of(stats: &Stats, gid: u32) -> Result<&Group> {
@@ -658,7 +646,7 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
                         tracing::info!(server, master = %master, "pointed member at the master");
                         repointed.push(server.clone());
                     }
-                    Err(e) if is_transient_refusal(&e) => waiting.push((server.clone(), e.to_string())),
+                    Err(e) if e.is_transient_slaveof_refusal() => waiting.push((server.clone(), e.to_string())),
                     Err(e) => return Err(e.into()),
                 },
             }
@@ -791,19 +779,6 @@ mod tests {
         ));
         assert_eq!(member_step(&syncing, &NEW.to_ascii_uppercase(), 9221), MemberStep::Follows);
         assert_eq!(member_step(&syncing, NEW, 9222), MemberStep::Repoint);
-    }
-
-    #[test]
-    fn pikas_refusals_while_it_has_replicas_are_waited_out_and_others_are_not() {
-        let refusal = |message: &str| pika::Error::Command {
-            addr: "10.0.0.1:9221".into(),
-            command: "SLAVEOF",
-            message: message.into(),
-        };
-        assert!(is_transient_refusal(&refusal("ERR already master of others, invalid usage")));
-        assert!(is_transient_refusal(&refusal("ERR Server is not in correct state for slaveof")));
-        assert!(!is_transient_refusal(&refusal("ERR The master ip:port and the slave ip:port are the same")));
-        assert!(!is_transient_refusal(&pika::Error::Timeout { addr: "a:1".into(), command: "SLAVEOF" }));
     }
 
     fn server(ordinal: u32) -> String {
