@@ -149,161 +149,205 @@ pub struct Legacy {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Event {
     /// `post-provision`.
-    PostProvision {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The shard the action runs in (on 1.0.x: the shard being provisioned).
-        shard: Shard,
-        /// Every shard of the cluster (empty with `own_shard`).
-        shards: Vec<Shard>,
-        /// 1.0.x component lists.
-        legacy: Option<Legacy>,
-        /// `--own-shard`: register only `shard` and move no slot.
-        #[serde(default)]
-        own_shard: bool,
-        /// 1.0.x: a plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster
-        /// API.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        kube_api: Option<String>,
-    },
+    PostProvision(PostProvision),
     /// `shard-add`.
-    ShardAdd {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The shard the action runs in.
-        shard: Shard,
-        /// Every shard of the cluster.
-        shards: Vec<Shard>,
-        /// The added shard's full name.
-        added: String,
-    },
+    ShardAdd(ShardAdd),
     /// `shard-remove`.
-    ShardRemove {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The shard the action runs in.
-        shard: Shard,
-        /// Every shard of the cluster.
-        shards: Vec<Shard>,
-        /// The removed shard's full name.
-        removed: String,
-        /// A plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster API.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        kube_api: Option<String>,
-    },
+    ShardRemove(ShardRemove),
     /// `pre-terminate`.
-    PreTerminate {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The shard being terminated.
-        shard: Shard,
-        /// Every shard of the cluster (on 1.0.x, empty on cluster deletion).
-        shards: Vec<Shard>,
-        /// 1.0.x component lists; `None` on 1.1+.
-        legacy: Option<Legacy>,
-        /// 1.0.x: whether the number of shards decreased (drain) rather than the cluster being deleted; `None` on
-        /// 1.1+, where the Cluster object says whether it is being deleted.
-        scaling_in: Option<bool>,
-        /// 1.1+: a plain-http Kubernetes API proxy to read the Cluster from instead of the in-cluster API.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        kube_api: Option<String>,
-    },
+    PreTerminate(PreTerminate),
     /// `member-join`.
-    MemberJoin {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The pod's shard.
-        shard: Shard,
-        /// The joining pod.
-        member: PodRef,
-    },
+    MemberJoin(MemberJoin),
     /// `member-leave`.
-    MemberLeave {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The pod's shard.
-        shard: Shard,
-        /// The leaving pod.
-        member: PodRef,
-    },
+    MemberLeave(MemberLeave),
     /// `switchover`.
-    Switchover {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// The pod's shard.
-        shard: Shard,
-        /// The pod about to restart or leave.
-        current: PodRef,
-        /// Its role label as KubeBlocks saw it.
-        role: Option<String>,
-        /// The requested new master (OpsRequest only).
-        candidate: Option<PodRef>,
-        /// A plain-http Kubernetes API proxy to read rollout facts from instead of the in-cluster API.
-        #[serde(default)]
-        kube_api: Option<String>,
-    },
+    Switchover(Switchover),
     /// `role-probe`.
-    RoleProbe {
-        /// The KubeBlocks line.
-        kubeblocks: KbLine,
-        /// The local pika's host.
-        host: String,
-        /// How to reach it.
-        pika: PikaRef,
-        /// Seconds this run may work.
-        budget_seconds: u64,
-    },
+    RoleProbe(RoleProbe),
     /// `topology` (for people, read-only).
-    Topology {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// Every shard of the cluster when `ALL_SHARDS_POD_FQDNS` is given (names the groups), else empty.
-        shards: Vec<Shard>,
-    },
+    Topology(Topology),
     /// `rejoin`.
-    Rejoin {
-        /// Common fields.
-        #[serde(flatten)]
-        common: Common,
-        /// This pod's shard.
-        shard: Shard,
-        /// This pod's name.
-        pod: String,
-        /// The local pika's config file.
-        config_file: String,
-        /// pika's data directory (`PIKA_DATA_DIR`); `None`: the config file's `db-path`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        data_dir: Option<String>,
-        /// A plain-http Kubernetes API proxy to record a refused start on, instead of the in-cluster API.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        kube_api: Option<String>,
-    },
+    Rejoin(Rejoin),
     /// `watch`, the long-running failover watcher.
-    Watch {
-        /// Common fields (etcd required: the election and the fences live there).
-        #[serde(flatten)]
-        common: Common,
-        /// How long a master must fail every probe before it is failed over, in milliseconds.
-        detection_ms: u64,
-        /// How often each master is probed, in milliseconds.
-        probe_interval_ms: u64,
-        /// TTL of the election lease, in seconds.
-        lease_seconds: u64,
-        /// This watcher's pod, when known.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pod: Option<String>,
-        /// A plain-http Kubernetes API proxy to record failovers on, instead of the in-cluster API.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        kube_api: Option<String>,
-    },
+    Watch(Watch),
+}
+
+/// The event of `post-provision`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostProvision {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The shard the action runs in (on 1.0.x: the shard being provisioned).
+    pub shard: Shard,
+    /// Every shard of the cluster (empty with `own_shard`).
+    pub shards: Vec<Shard>,
+    /// 1.0.x component lists.
+    pub legacy: Option<Legacy>,
+    /// `--own-shard`: register only `shard` and move no slot.
+    #[serde(default)]
+    pub own_shard: bool,
+    /// 1.0.x: a plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster
+    /// API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_api: Option<String>,
+}
+
+/// The event of `shard-add`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardAdd {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The shard the action runs in.
+    pub shard: Shard,
+    /// Every shard of the cluster.
+    pub shards: Vec<Shard>,
+    /// The added shard's full name.
+    pub added: String,
+}
+
+/// The event of `shard-remove`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRemove {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The shard the action runs in.
+    pub shard: Shard,
+    /// Every shard of the cluster.
+    pub shards: Vec<Shard>,
+    /// The removed shard's full name.
+    pub removed: String,
+    /// A plain-http Kubernetes API proxy to read the Cluster's shard count from instead of the in-cluster API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_api: Option<String>,
+}
+
+/// The event of `pre-terminate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreTerminate {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The shard being terminated.
+    pub shard: Shard,
+    /// Every shard of the cluster (on 1.0.x, empty on cluster deletion).
+    pub shards: Vec<Shard>,
+    /// 1.0.x component lists; `None` on 1.1+.
+    pub legacy: Option<Legacy>,
+    /// 1.0.x: whether the number of shards decreased (drain) rather than the cluster being deleted; `None` on
+    /// 1.1+, where the Cluster object says whether it is being deleted.
+    pub scaling_in: Option<bool>,
+    /// 1.1+: a plain-http Kubernetes API proxy to read the Cluster from instead of the in-cluster API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_api: Option<String>,
+}
+
+/// The event of `member-join`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberJoin {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The pod's shard.
+    pub shard: Shard,
+    /// The joining pod.
+    pub member: PodRef,
+}
+
+/// The event of `member-leave`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberLeave {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The pod's shard.
+    pub shard: Shard,
+    /// The leaving pod.
+    pub member: PodRef,
+}
+
+/// The event of `switchover`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Switchover {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// The pod's shard.
+    pub shard: Shard,
+    /// The pod about to restart or leave.
+    pub current: PodRef,
+    /// Its role label as KubeBlocks saw it.
+    pub role: Option<String>,
+    /// The requested new master (OpsRequest only).
+    pub candidate: Option<PodRef>,
+    /// A plain-http Kubernetes API proxy to read rollout facts from instead of the in-cluster API.
+    #[serde(default)]
+    pub kube_api: Option<String>,
+}
+
+/// The event of `role-probe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleProbe {
+    /// The KubeBlocks line.
+    pub kubeblocks: KbLine,
+    /// The local pika's host.
+    pub host: String,
+    /// How to reach it.
+    pub pika: PikaRef,
+    /// Seconds this run may work.
+    pub budget_seconds: u64,
+}
+
+/// The event of `topology` (for people, read-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// Every shard of the cluster when `ALL_SHARDS_POD_FQDNS` is given (names the groups), else empty.
+    pub shards: Vec<Shard>,
+}
+
+/// The event of `rejoin`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejoin {
+    /// Common fields.
+    #[serde(flatten)]
+    pub common: Common,
+    /// This pod's shard.
+    pub shard: Shard,
+    /// This pod's name.
+    pub pod: String,
+    /// The local pika's config file.
+    pub config_file: String,
+    /// pika's data directory (`PIKA_DATA_DIR`); `None`: the config file's `db-path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
+    /// A plain-http Kubernetes API proxy to record a refused start on, instead of the in-cluster API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_api: Option<String>,
+}
+
+/// The event of `watch`, the long-running failover watcher.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    /// Common fields (etcd required: the election and the fences live there).
+    #[serde(flatten)]
+    pub common: Common,
+    /// How long a master must fail every probe before it is failed over, in milliseconds.
+    pub detection_ms: u64,
+    /// How often each master is probed, in milliseconds.
+    pub probe_interval_ms: u64,
+    /// TTL of the election lease, in seconds.
+    pub lease_seconds: u64,
+    /// This watcher's pod, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// A plain-http Kubernetes API proxy to record failovers on, instead of the in-cluster API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_api: Option<String>,
 }
 
 impl Event {
@@ -325,17 +369,17 @@ impl Event {
     #[must_use]
     pub fn action(&self) -> &'static str {
         match self {
-            Self::PostProvision { .. } => "post-provision",
-            Self::ShardAdd { .. } => "shard-add",
-            Self::ShardRemove { .. } => "shard-remove",
-            Self::PreTerminate { .. } => "pre-terminate",
-            Self::MemberJoin { .. } => "member-join",
-            Self::MemberLeave { .. } => "member-leave",
-            Self::Switchover { .. } => "switchover",
-            Self::RoleProbe { .. } => "role-probe",
-            Self::Rejoin { .. } => "rejoin",
-            Self::Topology { .. } => "topology",
-            Self::Watch { .. } => "watch",
+            Self::PostProvision(_) => "post-provision",
+            Self::ShardAdd(_) => "shard-add",
+            Self::ShardRemove(_) => "shard-remove",
+            Self::PreTerminate(_) => "pre-terminate",
+            Self::MemberJoin(_) => "member-join",
+            Self::MemberLeave(_) => "member-leave",
+            Self::Switchover(_) => "switchover",
+            Self::RoleProbe(_) => "role-probe",
+            Self::Rejoin(_) => "rejoin",
+            Self::Topology(_) => "topology",
+            Self::Watch(_) => "watch",
         }
     }
 
@@ -343,17 +387,17 @@ impl Event {
     #[must_use]
     pub fn common(&self) -> Option<&Common> {
         match self {
-            Self::PostProvision { common, .. }
-            | Self::ShardAdd { common, .. }
-            | Self::ShardRemove { common, .. }
-            | Self::PreTerminate { common, .. }
-            | Self::MemberJoin { common, .. }
-            | Self::MemberLeave { common, .. }
-            | Self::Switchover { common, .. }
-            | Self::Rejoin { common, .. }
-            | Self::Topology { common, .. }
-            | Self::Watch { common, .. } => Some(common),
-            Self::RoleProbe { .. } => None,
+            Self::PostProvision(PostProvision { common, .. })
+            | Self::ShardAdd(ShardAdd { common, .. })
+            | Self::ShardRemove(ShardRemove { common, .. })
+            | Self::PreTerminate(PreTerminate { common, .. })
+            | Self::MemberJoin(MemberJoin { common, .. })
+            | Self::MemberLeave(MemberLeave { common, .. })
+            | Self::Switchover(Switchover { common, .. })
+            | Self::Rejoin(Rejoin { common, .. })
+            | Self::Topology(Topology { common, .. })
+            | Self::Watch(Watch { common, .. }) => Some(common),
+            Self::RoleProbe(_) => None,
         }
     }
 
@@ -361,7 +405,7 @@ impl Event {
     #[must_use]
     pub fn budget_seconds(&self) -> u64 {
         match self {
-            Self::RoleProbe { budget_seconds, .. } => *budget_seconds,
+            Self::RoleProbe(RoleProbe { budget_seconds, .. }) => *budget_seconds,
             other => other.common().map_or(50, |c| c.budget_seconds),
         }
     }
@@ -378,7 +422,7 @@ impl Event {
             }
         }
         match self {
-            Self::PostProvision { shard, shards, own_shard, kube_api, .. } => {
+            Self::PostProvision(PostProvision { shard, shards, own_shard, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -388,7 +432,7 @@ impl Event {
                     require_listed(shard, shards, vars::SHARD_NAME)?;
                 }
             }
-            Self::ShardAdd { shard, shards, added, .. } => {
+            Self::ShardAdd(ShardAdd { shard, shards, added, .. }) => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 check_shards(cluster, shards)?;
                 check_shard_name(cluster, added, vars::KB_ADD_SHARD_NAME)?;
@@ -399,7 +443,7 @@ impl Event {
                     ));
                 }
             }
-            Self::ShardRemove { shard, shards, removed, kube_api, .. } => {
+            Self::ShardRemove(ShardRemove { shard, shards, removed, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -407,7 +451,7 @@ impl Event {
                 check_shards(cluster, shards)?;
                 check_shard_name(cluster, removed, vars::KB_REMOVE_SHARD_NAME)?;
             }
-            Self::PreTerminate { shard, shards, legacy, scaling_in, kube_api, .. } => {
+            Self::PreTerminate(PreTerminate { shard, shards, legacy, scaling_in, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -423,7 +467,7 @@ impl Event {
                     ));
                 }
             }
-            Self::MemberJoin { shard, member, .. } => {
+            Self::MemberJoin(MemberJoin { shard, member, .. }) => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 check_member(cluster, shard, member, vars::KB_JOIN_MEMBER_POD_NAME, vars::KB_JOIN_MEMBER_POD_FQDN)?;
                 if !shard.pods.contains(&member.fqdn) {
@@ -433,12 +477,12 @@ impl Event {
                     ));
                 }
             }
-            Self::MemberLeave { shard, member, .. } => {
+            Self::MemberLeave(MemberLeave { shard, member, .. }) => {
                 check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
                 // The leaving pod is already gone from the desired pod list: check only that it is this shard's.
                 check_member(cluster, shard, member, vars::KB_LEAVE_MEMBER_POD_NAME, vars::KB_LEAVE_MEMBER_POD_FQDN)?;
             }
-            Self::Switchover { shard, current, candidate, kube_api, .. } => {
+            Self::Switchover(Switchover { shard, current, candidate, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -466,7 +510,7 @@ impl Event {
                     }
                 }
             }
-            Self::Rejoin { shard, pod, kube_api, .. } => {
+            Self::Rejoin(Rejoin { shard, pod, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -478,12 +522,12 @@ impl Event {
                     ));
                 }
             }
-            Self::Topology { shards, .. } => {
+            Self::Topology(Topology { shards, .. }) => {
                 if !shards.is_empty() {
                     check_shards(cluster, shards)?;
                 }
             }
-            Self::Watch { detection_ms, probe_interval_ms, kube_api, pod, .. } => {
+            Self::Watch(Watch { detection_ms, probe_interval_ms, kube_api, pod, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
@@ -502,7 +546,7 @@ impl Event {
                     ));
                 }
             }
-            Self::RoleProbe { .. } => {}
+            Self::RoleProbe(_) => {}
         }
         Ok(())
     }

@@ -63,8 +63,8 @@ pub fn run(cli: Cli) -> Result<String> {
 
 /// Hands the validated event to its action. `role-probe` runs without an async runtime: it is the hot path.
 pub fn dispatch(ctx: &Context) -> Result<String> {
-    if let Event::RoleProbe { .. } = ctx.event {
-        return role_probe::run(ctx);
+    if let Event::RoleProbe(event) = &ctx.event {
+        return role_probe::run(ctx, event);
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -72,17 +72,17 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
         .map_err(|e| Error::Refused(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
         match &ctx.event {
-            Event::PostProvision { .. } => post_provision::run(ctx).await,
-            Event::ShardAdd { .. } => shard_add::run(ctx).await,
-            Event::ShardRemove { .. } => shard_remove::run(ctx).await,
-            Event::PreTerminate { .. } => pre_terminate::run(ctx).await,
-            Event::MemberJoin { .. } => member_join::run(ctx).await,
-            Event::MemberLeave { .. } => member_leave::run(ctx).await,
-            Event::Switchover { .. } => switchover::run(ctx).await,
-            Event::Rejoin { .. } => rejoin::run(ctx).await,
-            Event::Topology { .. } => topology::run(ctx).await,
-            Event::Watch { .. } => watcher::run(ctx).await,
-            Event::RoleProbe { .. } => role_probe::run(ctx),
+            Event::PostProvision(event) => post_provision::run(ctx, event).await,
+            Event::ShardAdd(event) => shard_add::run(ctx, event).await,
+            Event::ShardRemove(event) => shard_remove::run(ctx, event).await,
+            Event::PreTerminate(event) => pre_terminate::run(ctx, event).await,
+            Event::MemberJoin(event) => member_join::run(ctx, event).await,
+            Event::MemberLeave(event) => member_leave::run(ctx, event).await,
+            Event::Switchover(event) => switchover::run(ctx, event).await,
+            Event::Rejoin(event) => rejoin::run(ctx, event).await,
+            Event::Topology(event) => topology::run(ctx, event).await,
+            Event::Watch(event) => watcher::run(ctx, event).await,
+            Event::RoleProbe(event) => role_probe::run(ctx, event),
         }
     })
 }

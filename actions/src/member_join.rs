@@ -3,15 +3,12 @@
 
 use crate::cluster::{release, Session};
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::error::Result;
 use crate::register;
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::MemberJoin { shard, member, .. } = &ctx.event else {
-        return Err(Error::Refused("member-join got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::MemberJoin) -> Result<String> {
+    let crate::event::MemberJoin { shard, member, .. } = event;
     let s = Session::open(ctx).await?;
     let mut lock = s.lock_topology().await?;
     let result = async {

@@ -12,14 +12,11 @@ use crate::cluster::{release, Session};
 use crate::codis::Stats;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::transfer::{self, Transfer};
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::MemberLeave { member, .. } = &ctx.event else {
-        return Err(Error::Refused("member-leave got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::MemberLeave) -> Result<String> {
+    let crate::event::MemberLeave { member, .. } = event;
     let s = Session::open(ctx).await?;
     let server = s.server(&member.fqdn);
     if s.stats().await?.group_of_server(&server).is_none() {

@@ -21,7 +21,7 @@ use crate::cluster::{self, release, Session};
 use crate::codis::Stats;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::event::{Common, Event, Legacy, Shard};
+use crate::event::{Common, Legacy, Shard};
 use crate::kube::Kube;
 use crate::plan::Goal;
 use crate::rebalance::{self, Aim, Handoff, Own};
@@ -31,10 +31,8 @@ use crate::register;
 const KUBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = &ctx.event else {
-        return Err(Error::Refused("post-provision got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::PostProvision) -> Result<String> {
+    let crate::event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = event;
     let desired = match (legacy, own_shard) {
         (Some(_), false) => desired_shards(ctx, common, &shard.name, kube_api.as_deref()).await,
         _ => None,

@@ -20,17 +20,15 @@ use crate::codis::Stats;
 use crate::context::Context;
 use crate::drain::{self, LegacyDecision};
 use crate::error::{Error, Result};
-use crate::event::{Common, Event, Shard};
+use crate::event::{Common, Shard};
 use crate::kube::Kube;
 
 /// Longest the Cluster object may take to read; past that the API counts as not answering.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::PreTerminate { common, shard, shards, legacy, scaling_in, kube_api } = &ctx.event else {
-        return Err(Error::Refused("pre-terminate got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::PreTerminate) -> Result<String> {
+    let crate::event::PreTerminate { common, shard, shards, legacy, scaling_in, kube_api } = event;
     match (legacy, scaling_in) {
         (Some(legacy), Some(scaling_in)) => {
             match drain::legacy_decision(&common.cluster.name, &shard.name, shards, &legacy.deleting, *scaling_in) {

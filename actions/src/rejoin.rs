@@ -32,7 +32,6 @@ use crate::codis::{Group, Stats};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::etcd::Etcd;
-use crate::event::Event;
 use crate::failover::{self, FailoverRecord};
 use crate::kube::ObjectRef;
 use crate::transfer::{self, Transfer};
@@ -70,10 +69,8 @@ pub fn decide(live_replica: bool, promoting: bool, has_data: bool, never_held: O
 }
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = &ctx.event else {
-        return Err(Error::Refused("rejoin got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::Rejoin) -> Result<String> {
+    let crate::event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = event;
     let me = shard
         .pods
         .iter()

@@ -8,18 +8,15 @@
 use std::time::Duration;
 
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::error::Result;
 use crate::pika;
 
 /// Longest a probe waits for pika; KubeBlocks probes every few seconds, so a slow answer is as good as none.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the action.
-pub fn run(ctx: &Context) -> Result<String> {
-    let Event::RoleProbe { host, pika: target, .. } = &ctx.event else {
-        return Err(Error::Refused("role-probe got another action's event".into()));
-    };
+pub fn run(ctx: &Context, event: &crate::event::RoleProbe) -> Result<String> {
+    let crate::event::RoleProbe { host, pika: target, .. } = event;
     let timeout = ctx.budget.cap(PROBE_TIMEOUT);
     let role = pika::probe_role(host, target.port, ctx.secrets.pika_password.as_deref(), timeout)?;
     Ok(role.probe_name().to_owned())

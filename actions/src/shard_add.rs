@@ -17,16 +17,13 @@ use crate::cluster::{self, release, Session};
 use crate::context::Context;
 use crate::drain;
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::plan::Goal;
 use crate::rebalance::{self, Aim, Handoff, Own};
 use crate::register;
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::ShardAdd { shards, added, .. } = &ctx.event else {
-        return Err(Error::Refused("shard-add got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::ShardAdd) -> Result<String> {
+    let crate::event::ShardAdd { shards, added, .. } = event;
     let new = shards
         .iter()
         .find(|sh| &sh.name == added)

@@ -15,15 +15,13 @@ use std::collections::BTreeSet;
 use crate::cluster::Session;
 use crate::context::Context;
 use crate::drain;
-use crate::error::{Error, Result};
-use crate::event::{Event, Shard};
+use crate::error::Result;
+use crate::event::Shard;
 use crate::post_provision::{desired_shards, sharding_of};
 
 /// Runs the action.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::ShardRemove { common, shards, removed, kube_api, .. } = &ctx.event else {
-        return Err(Error::Refused("shard-remove got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::ShardRemove) -> Result<String> {
+    let crate::event::ShardRemove { common, shards, removed, kube_api, .. } = event;
     let mut remaining = drain::remaining_after(removed, shards);
     if let Some(n) = desired_shards(ctx, common, removed, kube_api.as_deref()).await {
         let leaving = victims(&common.cluster.name, removed, shards, n as usize);

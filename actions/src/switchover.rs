@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::cluster::{release, Session};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::event::{Event, PodRef, Shard};
+use crate::event::{PodRef, Shard};
 use crate::kube::{self, Kube};
 use crate::plan::{self, RolloutFacts};
 use crate::transfer::{self, Transfer};
@@ -32,8 +32,8 @@ use crate::vars;
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the action; whatever happens, never with exit 75 (KubeBlocks would not call it again).
-pub async fn run(ctx: &Context) -> Result<String> {
-    switch(ctx).await.map_err(|e| match e {
+pub async fn run(ctx: &Context, event: &crate::event::Switchover) -> Result<String> {
+    switch(ctx, event).await.map_err(|e| match e {
         Error::InProgress { progress } => {
             Error::Refused(format!("switchover did not finish within its one call: {progress}"))
         }
@@ -41,10 +41,8 @@ pub async fn run(ctx: &Context) -> Result<String> {
     })
 }
 
-async fn switch(ctx: &Context) -> Result<String> {
-    let Event::Switchover { common, shard, current, role, candidate, kube_api, .. } = &ctx.event else {
-        return Err(Error::Refused("switchover got another action's event".into()));
-    };
+async fn switch(ctx: &Context, event: &crate::event::Switchover) -> Result<String> {
+    let crate::event::Switchover { common, shard, current, role, candidate, kube_api, .. } = event;
     let s = Session::open(ctx).await?;
     let me = s.server(&current.fqdn);
     let stats = s.stats().await?;

@@ -17,16 +17,13 @@ use crate::cluster::{self, Session};
 use crate::codis::Group;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::failover::{self, FailoverRecord};
 use crate::pika::{Replication, Role};
 use crate::transfer;
 
 /// Runs the subcommand: prints the table, and fails (exit 1) when a group is flagged.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let Event::Topology { shards, .. } = &ctx.event else {
-        return Err(Error::Refused("topology got another action's event".into()));
-    };
+pub async fn run(ctx: &Context, event: &crate::event::Topology) -> Result<String> {
+    let crate::event::Topology { shards, .. } = event;
     let s = Session::open_without_etcd_if_down(ctx).await?;
     let stats = s.stats().await?;
     let mut names = cluster::shards_by_group(&stats);

@@ -45,7 +45,7 @@ use crate::context::Context;
 use crate::detector::{Detector, Verdict};
 use crate::error::{Error, Result};
 use crate::etcd::{self, Etcd, LockGuard};
-use crate::event::{Common, Event};
+use crate::event::Common;
 use crate::failover::{self, FailoverRecord};
 use crate::kube::ObjectRef;
 use crate::pika::{self, Pika, Replication};
@@ -77,17 +77,15 @@ struct Settings {
 }
 
 impl Settings {
-    fn of(ctx: &Context) -> Result<Self> {
-        let Event::Watch { detection_ms, probe_interval_ms, lease_seconds, pod, kube_api, .. } = &ctx.event else {
-            return Err(Error::Refused("watch got another action's event".into()));
-        };
-        Ok(Self {
+    fn of(event: &crate::event::Watch) -> Self {
+        let crate::event::Watch { detection_ms, probe_interval_ms, lease_seconds, pod, kube_api, .. } = event;
+        Self {
             detection: Duration::from_millis(*detection_ms),
             interval: Duration::from_millis(*probe_interval_ms),
             lease: Duration::from_secs(*lease_seconds),
             identity: pod.clone().unwrap_or_else(|| format!("pid-{}", std::process::id())),
             kube_api: kube_api.clone(),
-        })
+        }
     }
 
     /// How often the leader looks at its clock: fine enough that detection is late by little.
@@ -103,8 +101,8 @@ impl Settings {
 }
 
 /// Runs the watcher until SIGTERM or SIGINT.
-pub async fn run(ctx: &Context) -> Result<String> {
-    let settings = Settings::of(ctx)?;
+pub async fn run(ctx: &Context, event: &crate::event::Watch) -> Result<String> {
+    let settings = Settings::of(event);
     let common = ctx.event.common().ok_or_else(|| Error::Refused("watch has no cluster".into()))?;
     if common.etcd.is_empty() {
         return Err(Error::invalid(crate::vars::ETCD_ENDPOINTS, "is not set: the watchers elect their leader there"));
