@@ -118,6 +118,15 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Runs `work` holding the cluster's topology lock ([`Session::lock_topology`]), and releases the lock whatever
+    /// `work` returned: the one way every action changes the topology.
+    pub async fn under_topology_lock<T>(&self, work: impl AsyncFnOnce(&LockGuard) -> Result<T>) -> Result<T> {
+        let mut lock = self.lock_topology().await?;
+        let result = work(&lock).await;
+        release(&mut lock).await;
+        result
+    }
+
     /// The dashboard's current view.
     pub async fn stats(&self) -> Result<Stats> {
         Ok(self.dashboard.stats().await?)

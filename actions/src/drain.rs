@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::cluster::{self, release, Session};
+use crate::cluster::{self, Session};
 use crate::codis::{Group, Stats};
 use crate::error::{Error, Result};
 use crate::event::Shard;
@@ -341,9 +341,7 @@ pub const LEAVING_TTL: Duration = Duration::from_secs(180);
 /// failure of a Codis, pika or etcd call.
 pub async fn remove_shard(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<String> {
     record_leaving(s, shard).await?;
-    let mut lock = s.lock_topology().await?;
-    let prepared = prepare(s, shard, remaining).await;
-    release(&mut lock).await;
+    let prepared = s.under_topology_lock(async |_| prepare(s, shard, remaining).await).await;
     let Some(p) = prepared? else {
         return Ok(format!("{shard} has no codis group: nothing to drain"));
     };
@@ -361,15 +359,13 @@ pub async fn remove_shard(s: &Session<'_>, shard: &str, remaining: &[String]) ->
     } else {
         Outcome::default()
     };
-    let mut lock = s.lock_topology().await?;
-    let removed = async {
-        let deleted = remove_group(s, gid).await?;
-        forget(s, gid, shard, p.reserved).await?;
-        Ok::<_, Error>(deleted)
-    }
-    .await;
-    release(&mut lock).await;
-    let deleted = removed?;
+    let deleted = s
+        .under_topology_lock(async |_| {
+            let deleted = remove_group(s, gid).await?;
+            forget(s, gid, shard, p.reserved).await?;
+            Ok(deleted)
+        })
+        .await?;
     Ok(format!(
         "{shard} drained and removed: group {gid} gave {} slot(s) to groups {:?} ({} migration(s) created by this \
          run, {} read(s) of the slot table); {deleted} server(s) deleted, group removed",

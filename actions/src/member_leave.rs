@@ -22,10 +22,7 @@ pub async fn run(ctx: &Context, event: &crate::event::MemberLeave) -> Result<Str
     if s.stats().await?.group_of_server(&server).is_none() {
         return Ok(format!("{server} is in no codis group; nothing to do"));
     }
-    let mut lock = s.lock_topology().await?;
-    let result = leave(&s, &lock, &server).await;
-    release(&mut lock).await;
-    result
+    s.under_topology_lock(async |lock| leave(&s, lock, &server).await).await
 }
 
 /// The steps, each chosen from a fresh read of the group.

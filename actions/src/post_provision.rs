@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::cluster::{self, release, Session};
+use crate::cluster::{self, Session};
 use crate::codis::Stats;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -47,10 +47,7 @@ pub async fn run(ctx: &Context, event: &crate::event::PostProvision) -> Result<S
 
 /// Registers `shard` under the topology lock, then waits for its replicas outside it.
 async fn register_shard(s: &Session<'_>, shard: &Shard) -> Result<register::Registered> {
-    let mut lock = s.lock_topology().await?;
-    let reg = register::register(s, shard, &shard.pods).await;
-    release(&mut lock).await;
-    let reg = reg?;
+    let reg = s.under_topology_lock(async |_| register::register(s, shard, &shard.pods).await).await?;
     register::settle(s, &reg, &shard.pods).await?;
     Ok(reg)
 }
@@ -64,18 +61,17 @@ async fn provision_own(s: &Session<'_>, shard: &Shard) -> Result<String> {
 }
 
 async fn provision_all(s: &Session<'_>, shards: &[Shard]) -> Result<String> {
-    let mut lock = s.lock_topology().await?;
-    let registered = async {
-        let mut regs = Vec::new();
-        for shard in shards {
-            regs.push((shard, register::register(s, shard, &shard.pods).await?));
-        }
-        Ok::<_, Error>(regs)
-    }
-    .await;
-    release(&mut lock).await;
+    let registered = s
+        .under_topology_lock(async |_| {
+            let mut regs = Vec::new();
+            for shard in shards {
+                regs.push((shard, register::register(s, shard, &shard.pods).await?));
+            }
+            Ok(regs)
+        })
+        .await?;
     let mut groups = BTreeMap::new();
-    for (shard, reg) in registered? {
+    for (shard, reg) in registered {
         register::settle(s, &reg, &shard.pods).await?;
         groups.insert(shard.name.clone(), reg.gid);
     }

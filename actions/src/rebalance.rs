@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{release, Session};
+use crate::cluster::Session;
 use crate::codis::Stats;
 use crate::error::{Error, Result};
 use crate::plan::rounds::{self, Queued};
@@ -208,11 +208,9 @@ pub async fn converge(
     let mut first = true;
     let mut idle_passes = 0;
     loop {
-        let mut lock = s.lock_topology().await?;
         let cancelled = outcome.cancelled;
-        let pass = plan_and_submit(s, what, &mut aim_of, &mut outcome, first).await;
-        release(&mut lock).await;
-        let (aim, step, created, stats) = pass?;
+        let (aim, step, created, stats) =
+            s.under_topology_lock(async |_| plan_and_submit(s, what, &mut aim_of, &mut outcome, first).await).await?;
         first = false;
         if aim.own.is_done(&stats, &step) {
             return Ok(outcome);

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::{self, release, Session};
+use crate::cluster::{self, Session};
 use crate::context::Context;
 use crate::drain;
 use crate::error::{Error, Result};
@@ -29,10 +29,7 @@ pub async fn run(ctx: &Context, event: &crate::event::ShardAdd) -> Result<String
         .find(|sh| &sh.name == added)
         .ok_or_else(|| Error::invalid(crate::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard")))?;
     let s = Session::open(ctx).await?;
-    let mut lock = s.lock_topology().await?;
-    let registered = register::register(&s, new, &new.pods).await;
-    release(&mut lock).await;
-    let reg = registered?;
+    let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
     // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
     register::settle(&s, &reg, &new.pods).await?;
 
