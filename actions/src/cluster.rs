@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::etcd::{self, Etcd, LockGuard};
 use crate::event::{Common, Pod};
 use crate::pika::{self, Pika, Replication};
+use crate::server::ServerAddr;
 
 /// How long one HTTP, RESP or etcd call may take before it counts as failed.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -206,17 +207,10 @@ pub async fn release(lock: &mut LockGuard) {
     }
 }
 
-/// The shard (full component name) a registered server belongs to: its pod FQDN's service without `-headless`.
-#[must_use]
-pub fn shard_of_server(server: &str) -> Option<&str> {
-    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
-    host.split('.').nth(1)?.strip_suffix("-headless")
-}
-
 /// The group serving `shard`, recognised by its servers.
 #[must_use]
 pub fn group_of_shard<'s>(stats: &'s Stats, shard: &str) -> Option<&'s Group> {
-    stats.group.models.iter().find(|g| g.servers.iter().any(|s| shard_of_server(&s.server) == Some(shard)))
+    stats.group.models.iter().find(|g| g.servers.iter().any(|s| ServerAddr::of(&s.server).shard() == Some(shard)))
 }
 
 /// The shard each group with servers serves.
@@ -226,7 +220,9 @@ pub fn shards_by_group(stats: &Stats) -> BTreeMap<u32, String> {
         .group
         .models
         .iter()
-        .filter_map(|g| g.servers.iter().find_map(|s| shard_of_server(&s.server)).map(|shard| (g.id, shard.to_owned())))
+        .filter_map(|g| {
+            g.servers.iter().find_map(|s| ServerAddr::of(&s.server).shard()).map(|shard| (g.id, shard.to_owned()))
+        })
         .collect()
 }
 
@@ -240,19 +236,4 @@ pub async fn reservations(etcd: &Etcd, prefix: &str) -> Result<BTreeMap<u32, Str
         }
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_server_names_its_shard_through_its_service() {
-        assert_eq!(
-            shard_of_server("c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc.cluster.local:9221"),
-            Some("c1-pika-x7k")
-        );
-        assert_eq!(shard_of_server("127.0.0.1:6379"), None);
-        assert_eq!(shard_of_server("a.b.c:1"), None);
-    }
 }

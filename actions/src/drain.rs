@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::event::Shard;
 use crate::plan::Goal;
 use crate::rebalance::{self, Aim, Handoff, Outcome, Own};
+use crate::server::ServerAddr;
 
 /// The pika setting that gates slot migration and per-slot key tracking; it must be `yes` on every pika.
 pub const SLOTMIGRATE: &str = "slotmigrate";
@@ -217,9 +218,9 @@ fn promotion(group: &Group) -> Refusal {
 
 /// Whether a registered server is a pod of this cluster: `<cluster>-<sharding>-<id>-<n>.<svc>.<namespace>…`.
 fn of_cluster(server: &str, cluster: &str, namespace: &str) -> bool {
-    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
-    let namespace_matches = host.split('.').nth(2).is_some_and(|ns| ns.eq_ignore_ascii_case(namespace));
-    namespace_matches && cluster::shard_of_server(server).is_some_and(|shard| shard.starts_with(&format!("{cluster}-")))
+    let server = ServerAddr::of(server);
+    server.namespace().is_some_and(|ns| ns.eq_ignore_ascii_case(namespace))
+        && server.shard().is_some_and(|shard| shard.starts_with(&format!("{cluster}-")))
 }
 
 /// What `CONFIG GET slotmigrate` says about a server.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::server::ServerAddr;
 use crate::template::KbLine;
 use crate::vars;
 
@@ -87,25 +88,25 @@ impl Pod {
     /// The pod name: the FQDN's first label.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.fqdn.split('.').next().unwrap_or_default()
+        ServerAddr::of(&self.fqdn).pod()
     }
 
     /// The headless service: the FQDN's second label.
     #[must_use]
     pub fn service(&self) -> &str {
-        self.fqdn.split('.').nth(1).unwrap_or_default()
+        ServerAddr::of(&self.fqdn).service().unwrap_or_default()
     }
 
     /// The namespace: the FQDN's third label.
     #[must_use]
     pub fn namespace(&self) -> &str {
-        self.fqdn.split('.').nth(2).unwrap_or_default()
+        ServerAddr::of(&self.fqdn).namespace().unwrap_or_default()
     }
 
     /// The number after the pod name's last `-`.
     #[must_use]
     pub fn ordinal(&self) -> Option<u32> {
-        self.name().rsplit_once('-').and_then(|(_, n)| n.parse().ok())
+        ServerAddr::of(&self.fqdn).ordinal()
     }
 
     /// The address the pod is registered under in Codis: `<fqdn>:<port>`.

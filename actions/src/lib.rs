@@ -26,6 +26,7 @@ pub mod plan;
 pub mod rebalance;
 pub mod redact;
 pub mod register;
+pub mod server;
 pub mod template;
 pub mod transfer;
 pub mod vars;

@@ -319,7 +319,7 @@ async fn hand_over(
                 if has_data { "with its data" } else { "on an empty volume" },
                 outcome.basis.clone().unwrap_or_default()
             ),
-            by: format!("rejoin {}", crate::transfer::pod_name(server)),
+            by: format!("rejoin {}", crate::server::ServerAddr::of(server).pod()),
             took_ms: u64::try_from(ctx.budget.elapsed().as_millis()).unwrap_or(u64::MAX),
             lag_bytes: None,
         };

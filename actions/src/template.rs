@@ -530,7 +530,7 @@ fn split_list(raw: &str, sep: char) -> Vec<String> {
 /// The short name `<sharding>-<id>` of the one shard whose pods a bare `ALL_SHARDS_POD_FQDNS` lists, from their
 /// headless service `<cluster>-<sharding>-<id>-headless`.
 fn bare_shard(cluster: &str, pods: &[String]) -> std::result::Result<String, String> {
-    let service = |fqdn: &str| fqdn.split('.').nth(1).unwrap_or_default().to_owned();
+    let service = |fqdn: &str| crate::server::ServerAddr::of(fqdn).service().unwrap_or_default().to_owned();
     let first = service(&pods[0]);
     if let Some(other) = pods.iter().find(|p| service(p) != first) {
         return Err(format!(

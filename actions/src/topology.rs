@@ -207,7 +207,7 @@ mod tests {
     }
 
     fn dial(server: &str) -> Option<(String, u16)> {
-        Some(("127.0.0.1".to_owned(), 7000 + transfer::ordinal(server)? as u16))
+        Some(("127.0.0.1".to_owned(), 7000 + crate::server::ServerAddr::of(server).ordinal()? as u16))
     }
 
     fn slave_of(port: u16) -> Result<Replication, String> {

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::etcd::{Entry, LockGuard};
 use crate::pika::{self, Pika, Replication};
 use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
+use crate::server::ServerAddr;
 
 /// How long a fence outlives the run that wrote it: long enough for one transfer, short enough that a failed one
 /// never blocks the group for long.
@@ -61,19 +62,6 @@ pub fn transfer_reserve(budget: Duration) -> Duration {
 #[must_use]
 pub fn fence_key(prefix: &str, gid: u32) -> String {
     format!("{}/fence/{gid}", prefix.trim_end_matches('/'))
-}
-
-/// The pod name of a registered server `<pod fqdn>:<port>` (its first DNS label).
-#[must_use]
-pub fn pod_name(server: &str) -> &str {
-    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
-    host.split('.').next().unwrap_or(host)
-}
-
-/// The ordinal of a registered server's pod (the number after the pod name's last `-`).
-#[must_use]
-pub fn ordinal(server: &str) -> Option<u32> {
-    pod_name(server).rsplit_once('-').and_then(|(_, n)| n.parse().ok())
 }
 
 // ---- what to do with one member ----------------------------------------------------------------------------------
@@ -186,8 +174,8 @@ pub fn member_facts_with(
         let never_synced =
             master_down && info.is_some_and(|i| i.never_linked || (held_data && i.offset.unwrap_or(0) == 0));
         MemberFacts {
-            pod: pod_name(srv).to_owned(),
-            ordinal: ordinal(srv).unwrap_or(0),
+            pod: ServerAddr::of(srv).pod().to_owned(),
+            ordinal: ServerAddr::of(srv).ordinal().unwrap_or(0),
             reachable: info.is_some(),
             role_slave: info.is_some_and(|i| i.role.is_slave()),
             follows_current: info.is_some_and(|i| i.follows(master_dial.0, master_dial.1)),
@@ -357,11 +345,11 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         let (current, members) = member_facts_with(group, &master, (&mh, mp), &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
-        let fenced = fence.as_ref().map(|e| pod_name(&e.value).to_owned());
+        let fenced = fence.as_ref().map(|e| ServerAddr::of(&e.value).pod().to_owned());
         let choice = decide(&current, &members, t.candidate.as_ref(), fenced.as_deref(), t.rollout)?;
         let to = servers
             .iter()
-            .find(|srv| pod_name(srv) == choice.pod)
+            .find(|srv| ServerAddr::of(srv).pod() == choice.pod)
             .cloned()
             .ok_or_else(|| Error::Refused(format!("{} vanished from group {gid}", choice.pod)))?;
         let why = describe_basis(&choice, t.rollout, fenced.as_deref());
@@ -874,8 +862,8 @@ mod tests {
 
     #[test]
     fn names_come_from_the_registered_server() {
-        assert_eq!(pod_name(&server(12)), "c1-pika-x7k-12");
-        assert_eq!(ordinal(&server(12)), Some(12));
+        assert_eq!(ServerAddr::of(&server(12)).pod(), "c1-pika-x7k-12");
+        assert_eq!(ServerAddr::of(&server(12)).ordinal(), Some(12));
         assert_eq!(fence_key("/pika-kubeblocks/ns/c1/", 4), "/pika-kubeblocks/ns/c1/fence/4");
     }
 }
