@@ -32,16 +32,16 @@ pub enum Error {
     },
     /// The codis-dashboard refused or failed a request.
     #[error(transparent)]
-    Codis(#[from] crate::codis::Error),
+    Codis(#[from] crate::clients::codis::Error),
     /// A pika (or redis) server failed a request.
     #[error(transparent)]
-    Pika(#[from] crate::pika::Error),
+    Pika(#[from] crate::clients::pika::Error),
     /// etcd failed or a lock could not be taken.
     #[error(transparent)]
-    Etcd(#[from] crate::etcd::Error),
+    Etcd(#[from] crate::clients::etcd::Error),
     /// The Kubernetes API failed a request that the action needed.
     #[error(transparent)]
-    Kube(#[from] crate::kube::Error),
+    Kube(#[from] crate::clients::kube::Error),
     /// The cluster is in a state the action will not act on (refusals, disagreements, stalls).
     #[error("{0}")]
     Refused(String),

@@ -1,52 +1,37 @@
 //! `pika-action`: KubeBlocks lifecycle actions for Pika sharded behind Codis.
 //!
-//! Pipeline of every run: the CLI collects the contract's variables ([`vars`]), the action's template renders them
-//! into an event document ([`template`]), which is parsed and validated into a typed [`event::Event`]; only then does
-//! the action module act, through small clients for Codis ([`codis`]), pika ([`pika`]), etcd ([`etcd`]) and
-//! Kubernetes ([`kube`]). Failures map to exit codes in one place ([`error`]).
+//! The layers, in the order of every run:
+//! - [`input`]: the CLI collects the contract's variables, the action's template renders them into an event
+//!   document, which is parsed and validated into a typed [`input::event::Event`];
+//! - [`actions`]: one module per subcommand acts on its own event,
+//! - through idempotent [`steps`] (register, move slots, drain, transfer, the topology lock),
+//! - which ask the pure [`plan`] what to do (slots, master choice, failure detection)
+//! - and talk through small typed [`clients`] for Codis, pika, etcd and Kubernetes.
+//!
+//! Failures map to exit codes in one place ([`error`]); secrets are scrubbed from every stderr byte ([`redact`]).
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod actions;
 pub mod allocator;
 pub mod budget;
-pub mod cli;
-pub mod cluster;
-pub mod codis;
-pub mod context;
-pub mod detector;
-pub mod drain;
+pub mod clients;
 pub mod error;
-pub mod etcd;
-pub mod event;
-pub mod failover;
 pub mod failpoint;
-pub mod kube;
-pub mod pika;
+pub mod input;
 pub mod plan;
-pub mod rebalance;
 pub mod redact;
-pub mod register;
-pub mod server;
-pub mod template;
-pub mod transfer;
-pub mod vars;
+pub mod steps;
 
-pub mod member_join;
-pub mod member_leave;
-pub mod post_provision;
-pub mod pre_terminate;
-pub mod rejoin;
-pub mod role_probe;
-pub mod shard_add;
-pub mod shard_remove;
-pub mod switchover;
-pub mod topology;
-pub mod watcher;
-
-use cli::{Cli, Command};
-use context::Context;
+use actions::{
+    member_join, member_leave, post_provision, pre_terminate, rejoin, role_probe, shard_add, shard_remove, switchover,
+    topology, watcher,
+};
 use error::{Error, Result};
-use event::Event;
+use input::cli::{Cli, Command};
+use input::context::Context;
+use input::event::Event;
+use input::vars;
 
 /// Runs what the command line asks for and returns what goes on stdout.
 pub fn run(cli: Cli) -> Result<String> {

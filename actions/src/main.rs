@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pika_action::cli::Cli;
+use pika_action::input::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -24,12 +24,13 @@ use testbed::{Ledger, Workload, WorkloadOptions};
 const MINIMUM_POINTS: usize = 7;
 
 fn fence(bed: &Bed) -> Option<String> {
-    let prefix = pika_action::etcd::cluster_prefix(support::NAMESPACE, &bed.cluster.name);
-    let key = pika_action::transfer::fence_key(&prefix, bed.gid(0).unwrap());
+    let prefix = pika_action::clients::etcd::cluster_prefix(support::NAMESPACE, &bed.cluster.name);
+    let key = pika_action::steps::transfer::fence_key(&prefix, bed.gid(0).unwrap());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let etcd =
-            pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.unwrap();
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .unwrap();
         etcd.get(&key).await.unwrap().map(|e| e.value)
     })
 }

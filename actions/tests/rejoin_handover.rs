@@ -188,7 +188,7 @@ fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watcher
     fb.pod_mut(0, 0).redis.restart();
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 1000));
     assert!(eventually(PATIENCE, || mark(&fb, gid).is_some()), "never marked:\n{}", watcher.log());
-    assert_eq!(mark(&fb, gid).as_deref(), Some(pika_action::failover::NEVER_HELD));
+    assert_eq!(mark(&fb, gid).as_deref(), Some(pika_action::steps::failover::NEVER_HELD));
     assert!(!held_data(&fb, gid));
     drop(watcher);
     lose_volume(&mut fb, 0);
@@ -200,10 +200,11 @@ fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watcher
 fn mark(fb: &FailoverBed, gid: u32) -> Option<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd =
-            pika_action::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.ok()?;
-        let prefix = pika_action::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
-        etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await.ok()?.map(|e| e.value)
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .ok()?;
+        let prefix = pika_action::clients::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
+        etcd.get(&pika_action::steps::failover::held_data_key(&prefix, gid)).await.ok()?.map(|e| e.value)
     })
 }
 
@@ -252,11 +253,11 @@ fn held_data(fb: &FailoverBed, gid: u32) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let Ok(etcd) =
-            pika_action::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
+            pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
         else {
             return false;
         };
-        let prefix = pika_action::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
-        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::failover::NEVER_HELD)
+        let prefix = pika_action::clients::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
+        matches!(etcd.get(&pika_action::steps::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::steps::failover::NEVER_HELD)
     })
 }

@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use pika_action::context::Context;
 use pika_action::error::Error;
-use pika_action::event::Event;
-use pika_action::vars::{self, VarMap};
+use pika_action::input::context::Context;
+use pika_action::input::event::Event;
+use pika_action::input::vars::{self, VarMap};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -241,9 +241,9 @@ fn info() -> impl Strategy<Value = String> {
 
 #[test]
 fn no_info_reply_makes_the_master_choice_or_the_convergence_step_panic() {
-    use pika_action::codis::{Group, GroupServer};
-    use pika_action::pika::parse_replication;
-    use pika_action::transfer::{member_facts, member_step};
+    use pika_action::clients::codis::{Group, GroupServer};
+    use pika_action::clients::pika::parse_replication;
+    use pika_action::steps::transfer::{member_facts, member_step};
 
     let server = |o: u32| format!("c1-pika-x7k-{o}.c1-pika-x7k-headless.prod.svc.cluster.local:9221");
     let mut runner = TestRunner::new(Config { cases: 512, failure_persistence: None, ..Config::default() });
@@ -255,7 +255,7 @@ fn no_info_reply_makes_the_master_choice_or_the_convergence_step_panic() {
             servers: (0..3).map(|o| GroupServer { server: server(o), ..GroupServer::default() }).collect(),
             ..Group::default()
         };
-        let infos: BTreeMap<String, Result<pika_action::pika::Replication, String>> = replies
+        let infos: BTreeMap<String, Result<pika_action::clients::pika::Replication, String>> = replies
             .iter()
             .enumerate()
             .map(|(o, r)| {
@@ -288,7 +288,7 @@ fn no_info_reply_makes_the_master_choice_or_the_convergence_step_panic() {
 
 #[test]
 fn rejoin_edits_any_config_file_idempotently_leaving_one_replication_line() {
-    use pika_action::rejoin::with_replication;
+    use pika_action::actions::rejoin::with_replication;
 
     let line = prop_oneof![
         Just("port : 9221".to_owned()),

@@ -30,16 +30,17 @@ fn quiet(bed: &Bed) {
 }
 
 fn fence_key(bed: &Bed) -> String {
-    let prefix = pika_action::etcd::cluster_prefix(support::NAMESPACE, &bed.cluster.name);
-    pika_action::transfer::fence_key(&prefix, bed.gid(0).unwrap())
+    let prefix = pika_action::clients::etcd::cluster_prefix(support::NAMESPACE, &bed.cluster.name);
+    pika_action::steps::transfer::fence_key(&prefix, bed.gid(0).unwrap())
 }
 
 /// Reads (`None` value) or writes the group's fence in etcd, as a crashed run would have left it.
 fn fence(bed: &Bed, write: Option<&str>) -> Option<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let etcd =
-            pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.unwrap();
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .unwrap();
         if let Some(value) = write {
             etcd.put(&fence_key(bed), value, Some(Duration::from_secs(30))).await.unwrap();
         }

@@ -26,20 +26,21 @@ fn quiet(bed: &Bed) {
 
 fn with_etcd<T, F: std::future::Future<Output = T>>(
     bed: &Bed,
-    f: impl FnOnce(pika_action::etcd::Etcd, String) -> F,
+    f: impl FnOnce(pika_action::clients::etcd::Etcd, String) -> F,
 ) -> T {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd =
-            pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await.unwrap();
-        f(etcd, pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+            .await
+            .unwrap();
+        f(etcd, pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
     })
 }
 
 fn fence(bed: &Bed) -> Option<String> {
     let gid = bed.gid(0).unwrap();
     with_etcd(bed, |etcd, prefix| async move {
-        etcd.get(&pika_action::transfer::fence_key(&prefix, gid)).await.unwrap().map(|e| e.value)
+        etcd.get(&pika_action::steps::transfer::fence_key(&prefix, gid)).await.unwrap().map(|e| e.value)
     })
 }
 
@@ -57,8 +58,9 @@ fn a_topology_lock_held_elsewhere_is_exit_1_with_nothing_changed() {
     let bed = bed_with_master(3, 0);
     let key = with_etcd(&bed, |_, prefix| async move { format!("{prefix}/locks/topology") });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let etcd =
-        rt.block_on(pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))).unwrap();
+    let etcd = rt
+        .block_on(pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)))
+        .unwrap();
     let mut held =
         rt.block_on(etcd.lock(&key, Duration::from_secs(60), Duration::from_secs(5), "a drain (test)")).expect("lock");
     for ordinal in [0, 2] {

@@ -61,12 +61,12 @@ fn provided_by_kubeblocks(action: &str, line: &str) -> &'static [&'static str] {
 
 /// The subcommands of pika-action, from its own command line.
 fn subcommands() -> BTreeSet<String> {
-    pika_action::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect()
+    pika_action::input::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).collect()
 }
 
 /// The environment variables a subcommand reads, from its clap arguments.
 fn reads(subcommand: &str) -> BTreeSet<String> {
-    let cli = pika_action::cli::Cli::command();
+    let cli = pika_action::input::cli::Cli::command();
     let sub = cli
         .get_subcommands()
         .find(|c| c.get_name() == subcommand)
@@ -286,7 +286,7 @@ fn every_lifecycle_action_runs_a_real_pika_action_subcommand_in_one_image() {
                 );
                 assert!(subs.contains(*want), "line {line}: pika-action has no subcommand {want}: {subs:?}");
                 // The binary accepts exactly this command line.
-                if let Err(e) = <pika_action::cli::Cli as clap::Parser>::try_parse_from(&command) {
+                if let Err(e) = <pika_action::input::cli::Cli as clap::Parser>::try_parse_from(&command) {
                     panic!("line {line}: {def_kind} {name}: pika-action refuses {command:?}: {e}");
                 }
                 assert!(array_at(action, "exec.args").is_empty(), "{name}: no extra arguments");

@@ -741,12 +741,12 @@ pub fn held_data(fb: &FailoverBed, gid: u32) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let Ok(etcd) =
-            pika_action::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
+            pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
         else {
             return false;
         };
-        let prefix = pika_action::etcd::cluster_prefix(NAMESPACE, &fb.bed.cluster.name);
-        matches!(etcd.get(&pika_action::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::failover::NEVER_HELD)
+        let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &fb.bed.cluster.name);
+        matches!(etcd.get(&pika_action::steps::failover::held_data_key(&prefix, gid)).await, Ok(Some(e)) if e.value != pika_action::steps::failover::NEVER_HELD)
     })
 }
 

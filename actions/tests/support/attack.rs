@@ -44,14 +44,14 @@ pub fn texts(out: &Output) -> (String, String) {
 /// Runs `f` with a client of the bed's etcd and this cluster's key prefix.
 pub fn with_etcd<T, F: std::future::Future<Output = T>>(
     bed: &Bed,
-    f: impl FnOnce(pika_action::etcd::Etcd, String) -> F,
+    f: impl FnOnce(pika_action::clients::etcd::Etcd, String) -> F,
 ) -> T {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
             .await
             .expect("etcd");
-        f(etcd, pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
+        f(etcd, pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
     })
 }
 

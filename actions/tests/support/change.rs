@@ -218,17 +218,19 @@ pub fn one_after_another(actions: &[(&str, Env)]) -> usize {
 /// Holds the cluster's topology lock in etcd, as another action would, until dropped.
 pub struct HeldLock {
     runtime: tokio::runtime::Runtime,
-    guard: Option<pika_action::etcd::LockGuard>,
+    guard: Option<pika_action::clients::etcd::LockGuard>,
 }
 
 impl HeldLock {
     pub fn take(bed: &Bed) -> Self {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let guard = runtime.block_on(async {
-            let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-                .await
-                .expect("etcd");
-            let key = format!("{}/locks/topology", pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
+            let etcd =
+                pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+                    .await
+                    .expect("etcd");
+            let key =
+                format!("{}/locks/topology", pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
             etcd.lock(&key, Duration::from_secs(15), Duration::from_secs(5), "the test").await.expect("lock")
         });
         Self { runtime, guard: Some(guard) }
@@ -247,10 +249,10 @@ impl Drop for HeldLock {
 pub fn recorded_leavers(bed: &Bed) -> Vec<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let etcd = pika_action::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
+        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
             .await
             .expect("etcd");
-        let dir = format!("{}/leaving/", pika_action::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
+        let dir = format!("{}/leaving/", pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
         etcd.list(&dir).await.expect("list").into_iter().map(|(_, e)| e.value).collect()
     })
 }

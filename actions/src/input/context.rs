@@ -1,11 +1,11 @@
 //! What an action runs with: the validated event, the secrets kept out of it, and the time budget.
 
 use crate::budget::Budget;
-use crate::cli::Action;
 use crate::error::Result;
-use crate::event::Event;
-use crate::template::{self, KbLine};
-use crate::vars::{self, VarMap};
+use crate::input::cli::Action;
+use crate::input::event::Event;
+use crate::input::template::{self, KbLine};
+use crate::input::vars::{self, VarMap};
 
 /// Secrets from the environment; never part of the event, never printed (Debug is masked).
 #[derive(Clone, Default)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::vars::{self, VarMap};
+use crate::input::vars::{self, VarMap};
 
 /// The KubeBlocks release lines the addon supports; they differ in which actions run and which variables exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -97,7 +97,7 @@ impl KbLine {
 macro_rules! builtin {
     ($($name:literal),* $(,)?) => {
         /// The built-in templates, by file name.
-        pub const BUILTIN: &[(&str, &str)] = &[$(($name, include_str!(concat!("../../templates/events/", $name)))),*];
+        pub const BUILTIN: &[(&str, &str)] = &[$(($name, include_str!(concat!("../../../templates/events/", $name)))),*];
     };
 }
 
@@ -530,7 +530,7 @@ fn split_list(raw: &str, sep: char) -> Vec<String> {
 /// The short name `<sharding>-<id>` of the one shard whose pods a bare `ALL_SHARDS_POD_FQDNS` lists, from their
 /// headless service `<cluster>-<sharding>-<id>-headless`.
 fn bare_shard(cluster: &str, pods: &[String]) -> std::result::Result<String, String> {
-    let service = |fqdn: &str| crate::server::ServerAddr::of(fqdn).service().unwrap_or_default().to_owned();
+    let service = |fqdn: &str| crate::clients::server::ServerAddr::of(fqdn).service().unwrap_or_default().to_owned();
     let first = service(&pods[0]);
     if let Some(other) = pods.iter().find(|p| service(p) != first) {
         return Err(format!(

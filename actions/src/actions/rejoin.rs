@@ -12,11 +12,11 @@
 //! - **Codis still lists this pod as the master.** Then no switchover preceded this start (it would have moved the
 //!   master), so this pika may have lost its last writes, or all of its data when the volume is empty. If a live
 //!   replica completed a sync (a replication offset above zero, eligible, following this pod), mastership first
-//!   moves to the most advanced one through the fenced, unplanned transfer of [`crate::transfer`] (under the group's
+//!   moves to the most advanced one through the fenced, unplanned transfer of [`crate::steps::transfer`] (under the group's
 //!   transfer lock, never the topology lock), the other replicas follow it, and only then is the local pika made its
 //!   replica: replicas are never pointed at an empty master. With no such replica: a volume with data starts as the
 //!   master; an empty one starts only if the group never held a key (it owns no slots, or the failover watcher saw its
-//!   master with offset zero and never above, [`crate::failover`]), and is otherwise refused — exit 1, a message naming the
+//!   master with offset zero and never above, [`crate::steps::failover`]), and is otherwise refused — exit 1, a message naming the
 //!   group, a Kubernetes Event on the pod — rather than serve an empty group in silence.
 //!
 //! The volume is **empty** when pika's data directory (`PIKA_DATA_DIR`, by default the config's `db-path`) is absent
@@ -27,14 +27,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cluster::{Session, CALL_TIMEOUT};
-use crate::codis::{Group, Stats};
-use crate::context::Context;
+use crate::clients::codis::{Group, Stats};
+use crate::clients::etcd::Etcd;
+use crate::clients::kube::ObjectRef;
 use crate::error::{Error, Result};
-use crate::etcd::Etcd;
-use crate::failover::{self, FailoverRecord};
-use crate::kube::ObjectRef;
-use crate::transfer::{self, Transfer};
+use crate::input::context::Context;
+use crate::steps::cluster::{Session, CALL_TIMEOUT};
+use crate::steps::failover::{self, FailoverRecord};
+use crate::steps::transfer::{self, Transfer};
 
 /// Pause between two attempts at something that is not reachable yet.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -69,13 +69,12 @@ pub fn decide(live_replica: bool, promoting: bool, has_data: bool, never_held: O
 }
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::Rejoin) -> Result<String> {
-    let crate::event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = event;
-    let me = shard
-        .pods
-        .iter()
-        .find(|p| p.name() == pod)
-        .ok_or_else(|| Error::invalid(crate::vars::POD_NAME, format!("{pod} is not a pod of {}", shard.name)))?;
+pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<String> {
+    let crate::input::event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = event;
+    let me =
+        shard.pods.iter().find(|p| p.name() == pod).ok_or_else(|| {
+            Error::invalid(crate::input::vars::POD_NAME, format!("{pod} is not a pod of {}", shard.name))
+        })?;
     let config = Path::new(config_file);
     let data = data_dir.as_ref().map_or_else(|| data_dir_of(config), PathBuf::from);
 
@@ -196,8 +195,9 @@ where
 
 /// Codis could not be asked: start only as the replica the config already names, never as a master.
 fn fail_closed(config: &Path, why: &str) -> Result<String> {
-    let text = std::fs::read_to_string(config)
-        .map_err(|e| Error::invalid(crate::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", config.display())))?;
+    let text = std::fs::read_to_string(config).map_err(|e| {
+        Error::invalid(crate::input::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", config.display()))
+    })?;
     match persisted_master(&text) {
         Some(master) => Ok(format!("{why}; starting as the replica of {master} that {} names", config.display())),
         None => Err(Error::Refused(format!(
@@ -235,7 +235,7 @@ async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &
         if let Ok(c) = &converged {
             transfer::clear_fence(&s, gid, &c.master).await;
         }
-        crate::cluster::release(&mut lock).await;
+        crate::steps::cluster::release(&mut lock).await;
         converged.map(|_| ())
     }
     .await;
@@ -301,7 +301,7 @@ async fn hand_over(
     .await?;
     let t = Transfer { gid, from: server.to_owned(), candidate: None, rollout: None, unplanned: true };
     let result = transfer::move_master(&s, &[&lock], &t).await;
-    crate::cluster::release(&mut lock).await;
+    crate::steps::cluster::release(&mut lock).await;
     let outcome = result?;
     if outcome.master.eq_ignore_ascii_case(server) {
         return Err(Error::Refused(format!("codis still lists {server} as group {gid}'s master; not starting")));
@@ -319,7 +319,7 @@ async fn hand_over(
                 if has_data { "with its data" } else { "on an empty volume" },
                 outcome.basis.clone().unwrap_or_default()
             ),
-            by: format!("rejoin {}", crate::server::ServerAddr::of(server).pod()),
+            by: format!("rejoin {}", crate::clients::server::ServerAddr::of(server).pod()),
             took_ms: u64::try_from(ctx.budget.elapsed().as_millis()).unwrap_or(u64::MAX),
             lag_bytes: None,
         };
@@ -422,8 +422,9 @@ pub fn persisted_master(text: &str) -> Option<String> {
 
 /// Sets (or clears, for `None`) the replication line of the config file; returns whether the file changed.
 pub fn set_replication(path: &Path, master: Option<(&str, u16)>) -> Result<bool> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::invalid(crate::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid(crate::input::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", path.display()))
+    })?;
     let updated = with_replication(&text, master);
     if updated == text {
         return Ok(false);

@@ -39,17 +39,17 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::budget::Budget;
-use crate::cluster::{release, Session, CALL_TIMEOUT};
-use crate::codis::{Dashboard, Group};
-use crate::context::Context;
-use crate::detector::{Detector, Verdict};
+use crate::clients::codis::{Dashboard, Group};
+use crate::clients::etcd::{self, Etcd, LockGuard};
+use crate::clients::kube::ObjectRef;
+use crate::clients::pika::{self, Pika, Replication};
 use crate::error::{Error, Result};
-use crate::etcd::{self, Etcd, LockGuard};
-use crate::event::Common;
-use crate::failover::{self, FailoverRecord};
-use crate::kube::ObjectRef;
-use crate::pika::{self, Pika, Replication};
-use crate::transfer::{self, Transfer};
+use crate::input::context::Context;
+use crate::input::event::Common;
+use crate::plan::detector::{Detector, Verdict};
+use crate::steps::cluster::{release, Session, CALL_TIMEOUT};
+use crate::steps::failover::{self, FailoverRecord};
+use crate::steps::transfer::{self, Transfer};
 
 /// How often every group is checked for members that do not follow its master.
 pub const REPAIR_EVERY: Duration = Duration::from_secs(30);
@@ -77,8 +77,8 @@ struct Settings {
 }
 
 impl Settings {
-    fn of(event: &crate::event::Watch) -> Self {
-        let crate::event::Watch { detection_ms, probe_interval_ms, lease_seconds, pod, kube_api, .. } = event;
+    fn of(event: &crate::input::event::Watch) -> Self {
+        let crate::input::event::Watch { detection_ms, probe_interval_ms, lease_seconds, pod, kube_api, .. } = event;
         Self {
             detection: Duration::from_millis(*detection_ms),
             interval: Duration::from_millis(*probe_interval_ms),
@@ -101,11 +101,14 @@ impl Settings {
 }
 
 /// Runs the watcher until SIGTERM or SIGINT.
-pub async fn run(ctx: &Context, event: &crate::event::Watch) -> Result<String> {
+pub async fn run(ctx: &Context, event: &crate::input::event::Watch) -> Result<String> {
     let settings = Settings::of(event);
     let common = ctx.event.common().ok_or_else(|| Error::Refused("watch has no cluster".into()))?;
     if common.etcd.is_empty() {
-        return Err(Error::invalid(crate::vars::ETCD_ENDPOINTS, "is not set: the watchers elect their leader there"));
+        return Err(Error::invalid(
+            crate::input::vars::ETCD_ENDPOINTS,
+            "is not set: the watchers elect their leader there",
+        ));
     }
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -170,8 +173,8 @@ async fn serve(
     let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), CALL_TIMEOUT)
         .await
         .map_err(|e| match e {
-            crate::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
-                crate::vars::CODIS_PRODUCT_NAME,
+            crate::clients::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
+                crate::input::vars::CODIS_PRODUCT_NAME,
                 format!("is {expected:?} but the dashboard serves product {actual:?}"),
             ),
             other => other.into(),

@@ -2,7 +2,7 @@
 //!
 //! **1.0.x** (the chart's component preTerminate is how a scale-in drains there): with
 //! `KB_CLUSTER_COMPONENT_IS_SCALING_IN=true` the shard is drained and removed from Codis exactly as `shard-remove`
-//! does ([`drain`](crate::drain)), onto the shards that are not being deleted; otherwise the whole cluster is going,
+//! does ([`drain`](crate::steps::drain)), onto the shards that are not being deleted; otherwise the whole cluster is going,
 //! and nothing is touched: the action returns at once, without even connecting to Codis.
 //!
 //! **1.1+** (the safety net behind the ShardingDefinition's shardRemove, which KubeBlocks skips for a shard whose
@@ -15,20 +15,20 @@
 
 use std::time::Duration;
 
-use crate::cluster::{self, Session};
-use crate::codis::Stats;
-use crate::context::Context;
-use crate::drain::{self, LegacyDecision};
+use crate::clients::codis::Stats;
+use crate::clients::kube::Kube;
 use crate::error::{Error, Result};
-use crate::event::{Common, Shard};
-use crate::kube::Kube;
+use crate::input::context::Context;
+use crate::input::event::{Common, Shard};
+use crate::steps::cluster::{self, Session};
+use crate::steps::drain::{self, LegacyDecision};
 
 /// Longest the Cluster object may take to read; past that the API counts as not answering.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::PreTerminate) -> Result<String> {
-    let crate::event::PreTerminate { common, shard, shards, legacy, scaling_in, kube_api } = event;
+pub async fn run(ctx: &Context, event: &crate::input::event::PreTerminate) -> Result<String> {
+    let crate::input::event::PreTerminate { common, shard, shards, legacy, scaling_in, kube_api } = event;
     match (legacy, scaling_in) {
         (Some(legacy), Some(scaling_in)) => {
             match drain::legacy_decision(&common.cluster.name, &shard.name, shards, &legacy.deleting, *scaling_in) {
@@ -217,7 +217,7 @@ async fn safety_net(
             if s.etcd.is_none() {
                 if common.etcd.is_empty() {
                     return Err(Error::invalid(
-                        crate::vars::ETCD_ENDPOINTS,
+                        crate::input::vars::ETCD_ENDPOINTS,
                         format!("is not set, and {} must be drained; nothing was changed", shard.name),
                     ));
                 }

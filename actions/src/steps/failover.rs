@@ -2,7 +2,7 @@
 //! group (when, from, to, why, by whom), whether a group ever held data, and the Kubernetes Events that announce a
 //! failover or a refused start.
 //!
-//! The failover watcher ([`crate::watcher`]) and `rejoin` ([`crate::rejoin`]) write these; `topology` reads them.
+//! The failover watcher ([`crate::actions::watcher`]) and `rejoin` ([`crate::actions::rejoin`]) write these; `topology` reads them.
 //! All of it lives in etcd under the cluster's prefix:
 //!
 //! - `<prefix>failovers/<gid>`: the last [`FailoverRecord`] of the group, as JSON (overwritten by the next one);
@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::etcd::Etcd;
-use crate::kube::{Kube, ObjectRef};
+use crate::clients::etcd::Etcd;
+use crate::clients::kube::{Kube, ObjectRef};
 
 /// How long recording an Event may take before it is given up.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -126,7 +126,10 @@ pub async fn store(etcd: &Etcd, prefix: &str, record: &FailoverRecord) {
 ///
 /// # Errors
 /// etcd errors (a record that does not parse is skipped).
-pub async fn last_failovers(etcd: &Etcd, prefix: &str) -> Result<BTreeMap<u32, FailoverRecord>, crate::etcd::Error> {
+pub async fn last_failovers(
+    etcd: &Etcd,
+    prefix: &str,
+) -> Result<BTreeMap<u32, FailoverRecord>, crate::clients::etcd::Error> {
     let dir = format!("{}/failovers/", prefix.trim_end_matches('/'));
     let mut out = BTreeMap::new();
     for (key, entry) in etcd.list(&dir).await? {

@@ -17,6 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+pub mod detector;
 pub mod rounds;
 mod toward;
 

@@ -13,17 +13,17 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-use crate::cluster::{self, Session};
-use crate::codis::Group;
-use crate::context::Context;
+use crate::clients::codis::Group;
+use crate::clients::pika::{Replication, Role};
 use crate::error::{Error, Result};
-use crate::failover::{self, FailoverRecord};
-use crate::pika::{Replication, Role};
-use crate::transfer;
+use crate::input::context::Context;
+use crate::steps::cluster::{self, Session};
+use crate::steps::failover::{self, FailoverRecord};
+use crate::steps::transfer;
 
 /// Runs the subcommand: prints the table, and fails (exit 1) when a group is flagged.
-pub async fn run(ctx: &Context, event: &crate::event::Topology) -> Result<String> {
-    let crate::event::Topology { shards, .. } = event;
+pub async fn run(ctx: &Context, event: &crate::input::event::Topology) -> Result<String> {
+    let crate::input::event::Topology { shards, .. } = event;
     let s = Session::open_without_etcd_if_down(ctx).await?;
     let stats = s.stats().await?;
     let mut names = cluster::shards_by_group(&stats);
@@ -191,8 +191,8 @@ fn describe(info: &Replication, name_of: &impl Fn(&str, u16) -> String) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codis::GroupServer;
-    use crate::pika::parse_replication;
+    use crate::clients::codis::GroupServer;
+    use crate::clients::pika::parse_replication;
 
     fn server(o: u32) -> String {
         format!("c1-pika-x7k-{o}.c1-pika-x7k-headless.prod.svc.cluster.local:9221")
@@ -207,7 +207,7 @@ mod tests {
     }
 
     fn dial(server: &str) -> Option<(String, u16)> {
-        Some(("127.0.0.1".to_owned(), 7000 + crate::server::ServerAddr::of(server).ordinal()? as u16))
+        Some(("127.0.0.1".to_owned(), 7000 + crate::clients::server::ServerAddr::of(server).ordinal()? as u16))
     }
 
     fn slave_of(port: u16) -> Result<Replication, String> {

@@ -13,21 +13,20 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::{self, Session};
-use crate::context::Context;
-use crate::drain;
 use crate::error::{Error, Result};
+use crate::input::context::Context;
 use crate::plan::Goal;
-use crate::rebalance::{self, Aim, Handoff, Own};
-use crate::register;
+use crate::steps::cluster::{self, Session};
+use crate::steps::drain;
+use crate::steps::rebalance::{self, Aim, Handoff, Own};
+use crate::steps::register;
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::ShardAdd) -> Result<String> {
-    let crate::event::ShardAdd { shards, added, .. } = event;
-    let new = shards
-        .iter()
-        .find(|sh| &sh.name == added)
-        .ok_or_else(|| Error::invalid(crate::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard")))?;
+pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result<String> {
+    let crate::input::event::ShardAdd { shards, added, .. } = event;
+    let new = shards.iter().find(|sh| &sh.name == added).ok_or_else(|| {
+        Error::invalid(crate::input::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard"))
+    })?;
     let s = Session::open(ctx).await?;
     let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
     // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
@@ -47,7 +46,7 @@ pub async fn run(ctx: &Context, event: &crate::event::ShardAdd) -> Result<String
              run waits for these migrations"
         )),
     };
-    let aim_of = |stats: &crate::codis::Stats, leaving: &BTreeSet<String>| -> Result<Aim> {
+    let aim_of = |stats: &crate::clients::codis::Stats, leaving: &BTreeSet<String>| -> Result<Aim> {
         let names = staying(leaving);
         let receivers: Vec<u32> =
             names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();

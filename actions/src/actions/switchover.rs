@@ -1,6 +1,6 @@
 //! `switchover`: KubeBlocks calls it for every pod just before restarting or removing it, with no candidate (one
 //! comes only from a Switchover OpsRequest), and ignores its errors. For a replica — or a pod Codis does not know —
-//! nothing moves; for the group's master, mastership moves once, fenced and confirmed ([`crate::transfer`]).
+//! nothing moves; for the group's master, mastership moves once, fenced and confirmed ([`crate::steps::transfer`]).
 //!
 //! Which replica: the candidate when given (exit 2 if it is not a healthy member of the same group); otherwise a
 //! healthy one (link up, smallest lag) that the rollout in progress has already updated, so that the rollout moves the
@@ -19,20 +19,20 @@
 
 use std::time::Duration;
 
-use crate::cluster::{release, Session};
-use crate::context::Context;
+use crate::clients::kube::{self, Kube};
 use crate::error::{Error, Result};
-use crate::event::{PodRef, Shard};
-use crate::kube::{self, Kube};
+use crate::input::context::Context;
+use crate::input::event::{PodRef, Shard};
+use crate::input::vars;
 use crate::plan::{self, RolloutFacts};
-use crate::transfer::{self, Transfer};
-use crate::vars;
+use crate::steps::cluster::{release, Session};
+use crate::steps::transfer::{self, Transfer};
 
 /// Longest the rollout facts may take to read; past that the ordinal rule decides.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the action; whatever happens, never with exit 75 (KubeBlocks would not call it again).
-pub async fn run(ctx: &Context, event: &crate::event::Switchover) -> Result<String> {
+pub async fn run(ctx: &Context, event: &crate::input::event::Switchover) -> Result<String> {
     switch(ctx, event).await.map_err(|e| match e {
         Error::InProgress { progress } => {
             Error::Refused(format!("switchover did not finish within its one call: {progress}"))
@@ -41,8 +41,8 @@ pub async fn run(ctx: &Context, event: &crate::event::Switchover) -> Result<Stri
     })
 }
 
-async fn switch(ctx: &Context, event: &crate::event::Switchover) -> Result<String> {
-    let crate::event::Switchover { common, shard, current, role, candidate, kube_api, .. } = event;
+async fn switch(ctx: &Context, event: &crate::input::event::Switchover) -> Result<String> {
+    let crate::input::event::Switchover { common, shard, current, role, candidate, kube_api, .. } = event;
     let s = Session::open(ctx).await?;
     let me = s.server(&current.fqdn);
     let stats = s.stats().await?;
@@ -170,7 +170,12 @@ async fn left_behind(s: &Session<'_>, gid: u32, from: &str) -> String {
 }
 
 /// Exit 2, nothing touched, unless the candidate is a healthy replica of `from` in the same group.
-async fn check_candidate(s: &Session<'_>, group: &crate::codis::Group, from: &str, candidate: &PodRef) -> Result<()> {
+async fn check_candidate(
+    s: &Session<'_>,
+    group: &crate::clients::codis::Group,
+    from: &str,
+    candidate: &PodRef,
+) -> Result<()> {
     let refuse =
         |reason: String| Error::invalid(vars::KB_SWITCHOVER_CANDIDATE_FQDN, format!("{reason}; nothing was changed"));
     let server = s.server(&candidate.fqdn);

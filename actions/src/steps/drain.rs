@@ -17,13 +17,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::cluster::{self, Session};
-use crate::codis::{Group, Stats};
+use crate::clients::codis::{Group, Stats};
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
-use crate::event::Shard;
+use crate::input::event::Shard;
 use crate::plan::Goal;
-use crate::rebalance::{self, Aim, Handoff, Outcome, Own};
-use crate::server::ServerAddr;
+use crate::steps::cluster::{self, Session};
+use crate::steps::rebalance::{self, Aim, Handoff, Outcome, Own};
 
 /// The pika setting that gates slot migration and per-slot key tracking; it must be `yes` on every pika.
 pub const SLOTMIGRATE: &str = "slotmigrate";
@@ -571,7 +571,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::codis::{GroupServer, Promoting, Proxy, SlotAction, SlotMapping, StatsEntry};
+    use crate::clients::codis::{GroupServer, Promoting, Proxy, SlotAction, SlotMapping, StatsEntry};
 
     const CLUSTER: &str = "tbx";
     const NS: &str = "ns-x";

@@ -3,20 +3,20 @@
 //! every second until it succeeds, so the leaving pod may still be the master, or already dead.
 //!
 //! A master is never deleted while it is one: the best replica is promoted first through the fenced transfer of
-//! [`crate::transfer`] (a dead master's most advanced replica), and a group's last server is deleted only when the
+//! [`crate::steps::transfer`] (a dead master's most advanced replica), and a group's last server is deleted only when the
 //! group owns no slots. Pika's Codis fork may fail a master over and reorder a group's servers at any time, so the
 //! group is re-read before every step and the step chosen from what Codis says now. A pod Codis never knew is
 //! success.
 
-use crate::cluster::{release, Session};
-use crate::codis::Stats;
-use crate::context::Context;
+use crate::clients::codis::Stats;
 use crate::error::{Error, Result};
-use crate::transfer::{self, Transfer};
+use crate::input::context::Context;
+use crate::steps::cluster::{release, Session};
+use crate::steps::transfer::{self, Transfer};
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::MemberLeave) -> Result<String> {
-    let crate::event::MemberLeave { member, .. } = event;
+pub async fn run(ctx: &Context, event: &crate::input::event::MemberLeave) -> Result<String> {
+    let crate::input::event::MemberLeave { member, .. } = event;
     let s = Session::open(ctx).await?;
     let server = s.server(&member.fqdn);
     if s.stats().await?.group_of_server(&server).is_none() {
@@ -26,7 +26,7 @@ pub async fn run(ctx: &Context, event: &crate::event::MemberLeave) -> Result<Str
 }
 
 /// The steps, each chosen from a fresh read of the group.
-async fn leave(s: &Session<'_>, lock: &crate::etcd::LockGuard, server: &str) -> Result<String> {
+async fn leave(s: &Session<'_>, lock: &crate::clients::etcd::LockGuard, server: &str) -> Result<String> {
     let mut notes = Vec::new();
     for _ in 0..20 {
         s.ctx.budget.check(|| format!("removing {server} from its group: {}", notes.join("; ")))?;

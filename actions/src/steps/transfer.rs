@@ -30,13 +30,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::cluster::{Session, CALL_TIMEOUT, POLL};
-use crate::codis::{Group, Stats};
+use crate::clients::codis::{Group, Stats};
+use crate::clients::etcd::{Entry, LockGuard};
+use crate::clients::pika::{self, Pika, Replication};
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
-use crate::etcd::{Entry, LockGuard};
-use crate::pika::{self, Pika, Replication};
 use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
-use crate::server::ServerAddr;
+use crate::steps::cluster::{Session, CALL_TIMEOUT, POLL};
 
 /// How long a fence outlives the run that wrote it: long enough for one transfer, short enough that a failed one
 /// never blocks the group for long.
@@ -151,7 +151,7 @@ pub fn member_facts(
     member_facts_with(group, from, master_dial, infos, true)
 }
 
-/// [`member_facts`], knowing whether the group ever held data (`held_data`, [`crate::failover`]'s mark): with the
+/// [`member_facts`], knowing whether the group ever held data (`held_data`, [`crate::steps::failover`]'s mark): with the
 /// master gone, a replica at offset 0 is unfit only when the group held data, since then it cannot have it; a
 /// replica whose link never came up since it started is unfit either way.
 #[must_use]
@@ -238,7 +238,7 @@ pub async fn lock_group(s: &Session<'_>, gid: u32, wait: Duration) -> Result<Loc
     let holder = format!("{} {}", s.ctx.event.action(), std::process::id());
     match s.etcd()?.lock(&key, GROUP_LOCK_TTL, wait, &holder).await {
         Ok(guard) => Ok(guard),
-        Err(crate::etcd::Error::LockBusy { holder, .. }) => Err(Error::InProgress {
+        Err(crate::clients::etcd::Error::LockBusy { holder, .. }) => Err(Error::InProgress {
             progress: format!(
                 "waiting for group {gid}'s transfer lock, held by {}",
                 holder.as_deref().unwrap_or("another transfer")
@@ -412,9 +412,10 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
 /// counts as fit: it copied a master that had taken no write (a replica that never linked is unfit anyway).
 pub async fn group_held_data(s: &Session<'_>, gid: u32) -> bool {
     let Ok(etcd) = s.etcd() else { return true };
-    match etcd.get(&crate::failover::held_data_key(&s.prefix(), gid)).await {
+    match etcd.get(&crate::steps::failover::held_data_key(&s.prefix(), gid)).await {
         Ok(mark) => {
-            crate::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str())) == crate::failover::HeldData::Held
+            crate::steps::failover::HeldData::of(mark.as_ref().map(|e| e.value.as_str()))
+                == crate::steps::failover::HeldData::Held
         }
         Err(_) => true,
     }
@@ -714,8 +715,8 @@ pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Durati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codis::GroupServer;
-    use crate::pika::parse_replication;
+    use crate::clients::codis::GroupServer;
+    use crate::clients::pika::parse_replication;
 
     const NEW: &str = "c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc.cluster.local";
 

@@ -1,6 +1,6 @@
 //! `shard-remove` (1.1+): before KubeBlocks deletes the shard named by KB_REMOVE_SHARD_NAME, every slot of its group
 //! is migrated to the remaining shards and finished, then its servers and its group are removed from Codis
-//! ([`drain`](crate::drain)). An error or exit 75 makes KubeBlocks skip the deletion and retry, which resumes here.
+//! ([`drain`](crate::steps::drain)). An error or exit 75 makes KubeBlocks skip the deletion and retry, which resumes here.
 //!
 //! A scale-in by several shards runs one shardRemove per shard, and on 1.1 KubeBlocks runs them one after another:
 //! nothing in this one's variables says which others follow (`ALL_SHARDS_POD_FQDNS` still lists them all). When the
@@ -12,16 +12,16 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::Session;
-use crate::context::Context;
-use crate::drain;
+use crate::actions::post_provision::{desired_shards, sharding_of};
 use crate::error::Result;
-use crate::event::Shard;
-use crate::post_provision::{desired_shards, sharding_of};
+use crate::input::context::Context;
+use crate::input::event::Shard;
+use crate::steps::cluster::Session;
+use crate::steps::drain;
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::ShardRemove) -> Result<String> {
-    let crate::event::ShardRemove { common, shards, removed, kube_api, .. } = event;
+pub async fn run(ctx: &Context, event: &crate::input::event::ShardRemove) -> Result<String> {
+    let crate::input::event::ShardRemove { common, shards, removed, kube_api, .. } = event;
     let mut remaining = drain::remaining_after(removed, shards);
     if let Some(n) = desired_shards(ctx, common, removed, kube_api.as_deref()).await {
         let leaving = victims(&common.cluster.name, removed, shards, n as usize);

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use crate::cluster::{self, Session, POLL};
-use crate::codis::Stats;
+use crate::clients::codis::Stats;
 use crate::error::{Error, Result};
-use crate::event::{Pod, Shard};
+use crate::input::event::{Pod, Shard};
+use crate::steps::cluster::{self, Session, POLL};
 
 /// Codis group ids are 1..=9999.
 pub const MAX_GROUP_ID: u32 = 9999;

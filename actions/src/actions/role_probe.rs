@@ -7,16 +7,16 @@
 
 use std::time::Duration;
 
-use crate::context::Context;
+use crate::clients::pika;
 use crate::error::Result;
-use crate::pika;
+use crate::input::context::Context;
 
 /// Longest a probe waits for pika; KubeBlocks probes every few seconds, so a slow answer is as good as none.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the action.
-pub fn run(ctx: &Context, event: &crate::event::RoleProbe) -> Result<String> {
-    let crate::event::RoleProbe { host, pika: target, .. } = event;
+pub fn run(ctx: &Context, event: &crate::input::event::RoleProbe) -> Result<String> {
+    let crate::input::event::RoleProbe { host, pika: target, .. } = event;
     let timeout = ctx.budget.cap(PROBE_TIMEOUT);
     let role = pika::probe_role(host, target.port, ctx.secrets.pika_password.as_deref(), timeout)?;
     Ok(role.probe_name().to_owned())

@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::codis::{Dashboard, Group, Stats};
-use crate::context::Context;
+use crate::clients::codis::{Dashboard, Group, Stats};
+use crate::clients::etcd::{self, Etcd, LockGuard};
+use crate::clients::pika::{self, Pika, Replication};
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
-use crate::etcd::{self, Etcd, LockGuard};
-use crate::event::{Common, Pod};
-use crate::pika::{self, Pika, Replication};
-use crate::server::ServerAddr;
+use crate::input::context::Context;
+use crate::input::event::{Common, Pod};
 
 /// How long one HTTP, RESP or etcd call may take before it counts as failed.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,8 +66,8 @@ impl<'a> Session<'a> {
             .map_err(|e| match e {
                 // The configuration names another product than the dashboard serves: invalid configuration (exit 2),
                 // found before anything was changed, and no retry will fix it.
-                crate::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
-                    crate::vars::CODIS_PRODUCT_NAME,
+                crate::clients::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
+                    crate::input::vars::CODIS_PRODUCT_NAME,
                     format!(
                         "is {expected:?} but the dashboard at {} serves product {actual:?}; nothing was changed",
                         common.codis.dashboard
@@ -92,7 +92,7 @@ impl<'a> Session<'a> {
 
     /// etcd, which every topology change needs.
     pub fn etcd(&self) -> Result<&Etcd> {
-        self.etcd.as_ref().ok_or_else(|| Error::invalid(crate::vars::ETCD_ENDPOINTS, "is not set"))
+        self.etcd.as_ref().ok_or_else(|| Error::invalid(crate::input::vars::ETCD_ENDPOINTS, "is not set"))
     }
 
     /// This cluster's key prefix in etcd.

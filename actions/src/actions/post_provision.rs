@@ -17,22 +17,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::cluster::{self, Session};
-use crate::codis::Stats;
-use crate::context::Context;
+use crate::clients::codis::Stats;
+use crate::clients::kube::Kube;
 use crate::error::{Error, Result};
-use crate::event::{Common, Legacy, Shard};
-use crate::kube::Kube;
+use crate::input::context::Context;
+use crate::input::event::{Common, Legacy, Shard};
 use crate::plan::Goal;
-use crate::rebalance::{self, Aim, Handoff, Own};
-use crate::register;
+use crate::steps::cluster::{self, Session};
+use crate::steps::rebalance::{self, Aim, Handoff, Own};
+use crate::steps::register;
 
 /// Longest the Cluster object may take to read; past that its shard count is not known.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the action.
-pub async fn run(ctx: &Context, event: &crate::event::PostProvision) -> Result<String> {
-    let crate::event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = event;
+pub async fn run(ctx: &Context, event: &crate::input::event::PostProvision) -> Result<String> {
+    let crate::input::event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = event;
     let desired = match (legacy, own_shard) {
         (Some(_), false) => desired_shards(ctx, common, &shard.name, kube_api.as_deref()).await,
         _ => None,

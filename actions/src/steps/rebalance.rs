@@ -16,11 +16,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::cluster::Session;
-use crate::codis::Stats;
+use crate::clients::codis::Stats;
 use crate::error::{Error, Result};
 use crate::plan::rounds::{self, Queued};
 use crate::plan::{self, Goal, Plan, SlotState, Step};
+use crate::steps::cluster::Session;
 
 /// The shortest pause between two reads of the slot table while Codis migrates.
 pub const MIN_POLL: Duration = Duration::from_millis(20);
@@ -150,7 +150,7 @@ impl Own {
     }
 }
 
-fn involves(sl: &crate::codis::SlotMapping, gid: u32) -> bool {
+fn involves(sl: &crate::clients::codis::SlotMapping, gid: u32) -> bool {
     sl.group_id == gid || sl.action.target_id == Some(gid)
 }
 
@@ -246,7 +246,7 @@ async fn plan_and_submit(
     outcome: &mut Outcome,
     first: bool,
 ) -> Result<(Aim, Step, usize, Stats)> {
-    let leavers = crate::drain::recorded_leavers(s).await?;
+    let leavers = crate::steps::drain::recorded_leavers(s).await?;
     let mut stats = s.stats().await?;
     let mut aim = aim_of(&stats, &leavers)?;
     let cancel: Vec<u32> = stats
@@ -526,7 +526,11 @@ mod tests {
     #[test]
     fn drain_progress_counts_the_leaving_groups_slots_across_runs() {
         let slots = (0..8u32)
-            .map(|id| crate::codis::SlotMapping { id, group_id: if id < 3 { 5 } else { 1 }, ..Default::default() })
+            .map(|id| crate::clients::codis::SlotMapping {
+                id,
+                group_id: if id < 3 { 5 } else { 1 },
+                ..Default::default()
+            })
             .collect();
         let stats = Stats { slots, ..Stats::default() };
         assert_eq!(Count::Leaving { gid: 5, total: 10 }.progress(&stats, 3, 3), (7, 10));

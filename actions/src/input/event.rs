@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
-use crate::server::ServerAddr;
-use crate::template::KbLine;
-use crate::vars;
+use crate::input::template::KbLine;
+use crate::input::vars;
 
 /// Fields every Codis-facing event carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +71,7 @@ pub struct Pod {
 impl TryFrom<String> for Pod {
     type Error = String;
     fn try_from(fqdn: String) -> std::result::Result<Self, String> {
-        crate::template::check_fqdn(&fqdn)?;
+        crate::input::template::check_fqdn(&fqdn)?;
         let pod = Self { fqdn: fqdn.trim_end_matches('.').to_ascii_lowercase() };
         pod.ordinal().ok_or_else(|| format!("pod name {:?} does not end in an ordinal", pod.name()))?;
         Ok(pod)
@@ -415,8 +415,9 @@ impl Event {
     pub fn validate(&self) -> Result<()> {
         let Some(common) = self.common() else { return Ok(()) };
         let cluster = &common.cluster;
-        crate::template::check_label(&cluster.name).map_err(|e| Error::invalid(vars::CLUSTER_NAME, e))?;
-        crate::template::check_label(&cluster.namespace).map_err(|e| Error::invalid(vars::CLUSTER_NAMESPACE, e))?;
+        crate::input::template::check_label(&cluster.name).map_err(|e| Error::invalid(vars::CLUSTER_NAME, e))?;
+        crate::input::template::check_label(&cluster.namespace)
+            .map_err(|e| Error::invalid(vars::CLUSTER_NAMESPACE, e))?;
         if let Some(product) = &common.codis.product {
             if product.contains(['/', ' ', '#', '?']) {
                 return Err(Error::invalid(vars::CODIS_PRODUCT_NAME, format!("{product:?} is not a product name")));
@@ -533,7 +534,7 @@ impl Event {
                     check_kube_api(url)?;
                 }
                 if let Some(pod) = pod {
-                    crate::template::check_label(pod).map_err(|e| Error::invalid(vars::POD_NAME, e))?;
+                    crate::input::template::check_label(pod).map_err(|e| Error::invalid(vars::POD_NAME, e))?;
                 }
                 // A probe interval as long as the detection time would fail a master over on one missed probe.
                 if probe_interval_ms >= detection_ms {
@@ -560,11 +561,11 @@ fn check_kube_api(url: &str) -> Result<()> {
         Error::invalid(vars::KUBE_API_URL, format!("{url:?} is not a plain http:// url (e.g. http://127.0.0.1:8001)"))
     })?;
     let authority = rest.split('/').next().unwrap_or_default();
-    crate::template::check_host_port(authority).map_err(|e| Error::invalid(vars::KUBE_API_URL, e))
+    crate::input::template::check_host_port(authority).map_err(|e| Error::invalid(vars::KUBE_API_URL, e))
 }
 
 fn check_shard_name(cluster: &ClusterRef, name: &str, var: &str) -> Result<()> {
-    crate::template::check_label(name).map_err(|e| Error::invalid(var, e))?;
+    crate::input::template::check_label(name).map_err(|e| Error::invalid(var, e))?;
     if !name.starts_with(&format!("{}-", cluster.name)) {
         return Err(Error::invalid(var, format!("{name} is not a component of cluster {}", cluster.name)));
     }

@@ -1,7 +1,7 @@
 //! The one reader of the addresses pods have in Codis: `<pod>.<shard>-headless.<namespace>.svc.<domain>:<port>`.
 //!
 //! Codis lists servers as plain strings, and the product registers pods by FQDN, so every fact it reads back from
-//! Codis (which pod, which shard, which ordinal, which namespace) comes from this layout. A [`Pod`](crate::event::Pod)
+//! Codis (which pod, which shard, which ordinal, which namespace) comes from this layout. A [`Pod`](crate::input::event::Pod)
 //! reads its own FQDN through it too.
 
 /// A registered server's address, split into the labels the product reads; borrowed from the address.

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::vars::{
+use crate::input::vars::{
     AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars,
     LegacyVars, PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars,
     VarMap, WatchVars,

@@ -1,0 +1,9 @@
+//! Small typed clients, each owning its wire types and the meaning of its error texts: the codis-dashboard
+//! ([`codis`]), pika over RESP ([`pika`]), etcd's locks, fences and records ([`etcd`]), the Kubernetes API ([`kube`]),
+//! and the one reader of the server addresses Codis lists ([`server`]).
+
+pub mod codis;
+pub mod etcd;
+pub mod kube;
+pub mod pika;
+pub mod server;

@@ -1,0 +1,11 @@
+//! Idempotent steps over the clients, each safe to run again after a crash at any point: the session and the
+//! cluster's topology lock ([`cluster`]), registering shards ([`register`]), moving slots toward a topology
+//! ([`rebalance`]), draining a leaving shard ([`drain`]), fenced master transfers ([`transfer`]) and the records of
+//! failovers ([`failover`]).
+
+pub mod cluster;
+pub mod drain;
+pub mod failover;
+pub mod rebalance;
+pub mod register;
+pub mod transfer;
