@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit tests, the integration tests that drive the real pika-action binary over
 # real etcd, real redis-servers and the Codis double, and the transcript conformance test of the double.
-# The reliability suite (actions/tests/reliability_*.rs, crash_*.rs) records what it counted under
-# <target>/tmp/reliability; the tables are printed at the end whatever the outcome: trials (attacks on a running
-# system checked against Codis, redis and etcd state), checks (runs of the binary whose exit and output were
-# checked), proptest cases and fuzz inputs, each on its own. The script fails when any test failed, when any
-# category recorded a failure, when the fail-point tests (feature `failpoints`) did not run, or when `cargo fmt
-# --check` or `cargo clippy --all-targets --all-features -- -D warnings` finds anything.
+# The reliability suite (actions/tests/integration/reliability_*.rs, actions/tests/failpoints/crash_*.rs) records
+# what it counted under <target>/tmp/reliability; the tables are printed at the end whatever the outcome: trials
+# (attacks on a running system checked against Codis, redis and etcd state), checks (runs of the binary whose exit
+# and output were checked), proptest cases and fuzz inputs, each on its own. The script fails when any test failed,
+# when any category recorded a failure, when a fail-point test module (feature `failpoints`) recorded nothing, or
+# when `cargo fmt --check` or `cargo clippy --all-targets --all-features -- -D warnings` finds anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -49,8 +49,10 @@ if compgen -G "$reliability/*.jsonl" >/dev/null; then
     }' || status=1
 fi
 
-# A plain `cargo test` skips the fail-point tests (required-features); here they must have run and been recorded.
-for crash in $(sed -n 's/^name = "\(crash_[a-z_]*\)"$/\1/p' actions/Cargo.toml); do
+# A plain `cargo test` skips the fail-point tests (required-features); here every one of their modules must have run
+# and recorded its crash points.
+for module in actions/tests/failpoints/crash_*.rs; do
+  crash="$(basename "$module" .rs)"
   if ! compgen -G "$reliability/$crash-*.jsonl" >/dev/null; then
     echo "the fail-point test $crash did not run (or recorded nothing)" >&2
     status=1

@@ -1,11 +1,10 @@
 //! Records of the reliability suite. Each category counts one [`Kind`] of thing and its failures, and appends one
-//! JSON line to `$CARGO_TARGET_TMPDIR/reliability/<test binary>.jsonl` when it is done — also when a trial panicked,
+//! JSON line to `$CARGO_TARGET_TMPDIR/reliability/<test module>-<test binary>.jsonl` when it is done (the module is
+//! the file that opened the category) — also when a trial panicked,
 //! so a failure is counted before the test fails, and when the test failed outside any trial, which then counts as
 //! a failure of the category. `scripts/test.sh` prints one table per kind after `cargo test`, so that generated
 //! cases never pass for attacks.
 //!
-//! Declared by the test files that use it with `#[path = "support/summary.rs"] mod summary;`, so that the other
-//! test binaries sharing `support/` are not affected.
 #![allow(dead_code)]
 
 use std::fmt::Display;
@@ -44,14 +43,15 @@ impl Kind {
     }
 }
 
-/// Appends one record `{"kind": ..., "category": ..., "count": n, "failures": m}`.
-pub fn record(kind: Kind, category: &str, count: usize, failures: usize) {
+/// Appends one record `{"kind": ..., "category": ..., "count": n, "failures": m}` of the test module `source`.
+fn record(source: &str, kind: Kind, category: &str, count: usize, failures: usize) {
     let dir = dir();
     let _ = std::fs::create_dir_all(&dir);
     let binary = std::env::current_exe()
         .ok()
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "tests".to_owned());
+    let binary = format!("{source}-{binary}");
     let line = format!(
         "{{\"kind\": \"{}\", \"category\": {}, \"count\": {count}, \"failures\": {failures}}}\n",
         kind.label(),
@@ -69,6 +69,8 @@ pub fn record(kind: Kind, category: &str, count: usize, failures: usize) {
 /// runs and is counted; [`Category::finish`] records the counts and fails the test with every failure's message.
 /// Dropped unfinished (the test failed elsewhere), it still records what it counted.
 pub struct Category {
+    /// The test module that opened it: the file name of the caller of [`Category::of`].
+    source: String,
     kind: Kind,
     name: String,
     trials: usize,
@@ -78,13 +80,18 @@ pub struct Category {
 
 impl Category {
     /// A category of trials, named as it appears in the summary table, e.g. `crash: member-leave`.
+    #[track_caller]
     pub fn new(name: impl Into<String>) -> Self {
         Self::of(Kind::Trial, name)
     }
 
     /// A category counting `kind`.
+    #[track_caller]
     pub fn of(kind: Kind, name: impl Into<String>) -> Self {
-        Self { kind, name: name.into(), trials: 0, failures: Vec::new(), recorded: false }
+        let file = std::panic::Location::caller().file();
+        let source =
+            std::path::Path::new(file).file_stem().map_or_else(|| "tests".into(), |s| s.to_string_lossy().into());
+        Self { source, kind, name: name.into(), trials: 0, failures: Vec::new(), recorded: false }
     }
 
     /// Runs one trial named `label`; a panic is a failure of this trial, not of the test (yet).
@@ -148,7 +155,7 @@ impl Category {
     fn write(&mut self) {
         if !self.recorded {
             self.recorded = true;
-            record(self.kind, &self.name, self.trials, self.failures.len());
+            record(&self.source, self.kind, &self.name, self.trials, self.failures.len());
         }
     }
 }

@@ -13,8 +13,8 @@
 //! `role:master` to whoever can still reach it (the sampler, directly) until the partition heals: pika cannot be
 //! told anything through a partition, and nothing routes to it.
 
-mod failover_bed;
-mod support;
+use crate::failover_bed;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

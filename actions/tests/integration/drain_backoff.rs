@@ -4,7 +4,7 @@
 //! every run hands Codis the whole remaining plan — so that the backoff only delays the final removal of the group,
 //! never the data movement. Watched through the Codis double, whose executor migrates on its own clock.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,8 +5,8 @@
 //! master it routes to: either nothing changed and the old master still serves, or the new master serves and the
 //! next transfer (or the restarting pod's rejoin) finishes the rest.
 
-mod rollout;
-mod support;
+use crate::rollout;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Codis registration and minimal-move rebalance on cluster create, shard scale-out and replica scale-out, checked
 //! against Codis itself (the double's own model) and the redis-servers, never against our bookkeeping.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::thread;

@@ -1,6 +1,6 @@
 //! `role-probe` against real redis-servers (standing in for pika), run as kbagent runs it.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! the drain hang or lose data is refused up front, changing nothing. Checked against the Codis double's own model, the
 //! request log and etcd, never against the action's bookkeeping.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

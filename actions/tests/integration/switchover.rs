@@ -8,8 +8,8 @@
 //! — while an order that is not ordinal-descending needs the rollout facts to stay at 1 (the ordinal rule alone moves
 //! the master twice there).
 
-mod rollout;
-mod support;
+use crate::rollout;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -7,12 +7,10 @@
 //! a further run changing nothing; every key acknowledged through a codis-proxy before and during the runs is still
 //! readable, through the proxy and on the master.
 
-#[path = "support/attack.rs"]
-mod attack;
-mod rollout;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::rollout;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

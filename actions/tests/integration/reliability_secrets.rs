@@ -4,11 +4,9 @@
 //! in both formats. The password must appear in no captured stdout or stderr, no rendered event, no etcd record and no
 //! request the dashboard received, neither as written nor percent-encoded.
 
-#[path = "support/attack.rs"]
-mod attack;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};

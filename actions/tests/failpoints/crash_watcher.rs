@@ -6,10 +6,9 @@
 //! promote was sent exactly once (a crash after it is finished by repair, never by a second promote), and every key
 //! written before the kill is read back through the proxy.
 
-mod failover_bed;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::failover_bed;
+use crate::summary;
+use crate::support;
 
 use failover_bed::{held_data, kill9, lag_now, FailoverBed, Options, PATIENCE};
 use support::eventually;

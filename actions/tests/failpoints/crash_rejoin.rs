@@ -4,10 +4,9 @@
 //! container would: the handover completes exactly once (one promote), the empty pod's config follows the new master,
 //! and once it starts no acknowledged key is lost and only one server answers `role:master`.
 
-mod failover_bed;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::failover_bed;
+use crate::summary;
+use crate::support;
 
 use failover_bed::{kill9, lag_now, FailoverBed, Options, PATIENCE};
 use support::{describe, eventually};

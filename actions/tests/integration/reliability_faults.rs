@@ -12,12 +12,10 @@
 //! - a replica that never syncs;
 //! - a slot migration that keeps reporting `[ERROR]`.
 
-#[path = "support/attack.rs"]
-mod attack;
-mod rollout;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::rollout;
+use crate::summary;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;

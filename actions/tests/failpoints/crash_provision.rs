@@ -2,11 +2,9 @@
 //! external mutation (`PIKA_ACTION_CRASH_AT=n`), for every n until a run completes; each crash is followed by a normal
 //! rerun that must converge to the same topology a crash-free run reaches.
 
-#[path = "support/attack.rs"]
-mod attack;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 

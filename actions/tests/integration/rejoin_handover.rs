@@ -8,8 +8,8 @@
 //! An empty volume is the redis-server's config rewritten fresh and its append-only directory (what `PIKA_DATA_DIR`
 //! names) removed; "restarted with its data" is a redis-server with an append-only file flushed at every write.
 
-mod failover_bed;
-mod support;
+use crate::failover_bed;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,9 +5,8 @@
 //! whether the Cluster is going); and an addon installed for the other line. Over real redis-servers, real etcd, the
 //! Codis double and a stand-in for the one API call made; every check reads the double, etcd or the servers.
 
-#[path = "support/cluster_api.rs"]
-mod cluster_api;
-mod support;
+use crate::cluster_api;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

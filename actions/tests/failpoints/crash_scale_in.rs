@@ -6,9 +6,8 @@
 //! scale-in and while the crashed run and its rerun work are all read back afterwards, through the proxy and from the
 //! masters owning their slots.
 
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

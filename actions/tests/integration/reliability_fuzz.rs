@@ -7,8 +7,7 @@
 //! master choice and the convergence step, and the config editor of `rejoin` stays idempotent over arbitrary config
 //! files.
 
-#[path = "support/summary.rs"]
-mod summary;
+use crate::summary;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

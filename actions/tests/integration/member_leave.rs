@@ -3,8 +3,8 @@
 //! its error ignored); the last server of a group that owns slots is never deleted; the fork may reorder the group by
 //! itself, so what Codis says now decides each step.
 
-mod rollout;
-mod support;
+use crate::rollout;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -5,8 +5,8 @@
 //! finishes, the leaving shard is gone, and every acknowledged key is read back through the proxy and from the
 //! masters Codis lists.
 
-mod failover_bed;
-mod support;
+use crate::failover_bed;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

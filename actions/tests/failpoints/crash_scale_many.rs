@@ -7,15 +7,11 @@
 //! left, the removed groups gone — with the slot moves of the whole change, counted from every state change of the
 //! double, equal to the one-step minimum: a crash never makes a slot move twice.
 
-#[path = "support/attack.rs"]
-mod attack;
-#[path = "support/change.rs"]
-mod change;
-#[path = "support/cluster_api.rs"]
-mod cluster_api;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::change;
+use crate::cluster_api;
+use crate::summary;
+use crate::support;
 
 use change::{Change, Env};
 use cluster_api::{ClusterAnswer, ClusterApi};

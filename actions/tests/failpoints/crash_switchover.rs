@@ -7,10 +7,9 @@
 //! the fence was written. There the test also checks what the crash left: the fence naming the target in etcd,
 //! Codis and the pikas untouched.
 
-mod rollout;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::rollout;
+use crate::summary;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,11 +6,9 @@
 //! the dashboard, etcd holds exactly the keys it held, every pika kept its role and `rejoin`'s config file is
 //! untouched. (`render.rs` checks the exit code alone, with addresses that lead nowhere.)
 
-#[path = "support/attack.rs"]
-mod attack;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 

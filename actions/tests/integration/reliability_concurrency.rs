@@ -6,12 +6,10 @@
 //! one master, Codis's `servers[0]`, slots are balanced, and a steady writer's acknowledged writes (replicated to every
 //! replica, `WAIT`) are all on the group's master.
 
-#[path = "support/attack.rs"]
-mod attack;
-mod rollout;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::rollout;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::Output;

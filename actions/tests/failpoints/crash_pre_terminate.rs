@@ -5,11 +5,9 @@
 //! failed preTerminate; the cluster must have converged exactly as a crash-free run leaves it, with no slot ever lost
 //! or owned by a removed group on the way (watched while it runs), and one more run must change nothing.
 
-#[path = "support/attack.rs"]
-mod attack;
-#[path = "support/summary.rs"]
-mod summary;
-mod support;
+use crate::attack;
+use crate::summary;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -5,11 +5,9 @@
 //! over the groups that stay, no slot action is left, the removed groups are gone, and every acknowledged key reads
 //! back, through the proxy and from the owning group's master.
 
-#[path = "support/change.rs"]
-mod change;
-#[path = "support/cluster_api.rs"]
-mod cluster_api;
-mod support;
+use crate::change;
+use crate::cluster_api;
+use crate::support;
 
 use std::time::Duration;
 
