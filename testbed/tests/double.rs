@@ -699,3 +699,35 @@ fn the_binary_serves_until_killed() {
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_codis-double")).args(["--tick-ms", "x"]).output().unwrap();
     assert!(!bad.status.success());
 }
+
+#[test]
+fn the_owner_trace_records_every_change_of_a_slots_owner_and_nothing_else() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let d = double_for(&[&a, &b], DoubleOptions { max_slot_num: 16, ..DoubleOptions::default() });
+    for gid in [1, 2] {
+        ok(&d, &format!("/api/topom/group/create/{{xauth}}/{gid}"));
+        ok(&d, &format!("/api/topom/group/add/{{xauth}}/{gid}/{}", pod(gid as usize - 1)));
+    }
+    let assign = |gid: u32| {
+        let body = format!(r#"[{{"id":7,"group_id":{gid}}}]"#);
+        assert!(d.call_with_body("PUT", "/api/topom/slots/assign/{xauth}", &body).is_ok());
+    };
+    d.start_owner_trace();
+    assign(1);
+    ok(&d, "/api/topom/group/create/{xauth}/3"); // no slot changes owner: nothing recorded
+    assign(2);
+    assign(2); // the same owner again: nothing recorded
+    assign(1);
+    let trace = d.take_owner_trace();
+    let slot7: Vec<u32> = trace.iter().map(|(_, owners)| owners[7]).collect();
+    assert_eq!(slot7, [0, 1, 2, 1], "{trace:?}");
+    assert!(trace
+        .iter()
+        .all(|(_, owners)| owners.len() == 16 && owners.iter().enumerate().all(|(i, g)| i == 7 || *g == 0)));
+    assert!(trace.windows(2).all(|w| w[0].0 <= w[1].0), "times go forward");
+    // Stopped: later changes are not recorded, and a new trace starts from the current owners.
+    assign(2);
+    assert!(d.take_owner_trace().is_empty());
+    d.start_owner_trace();
+    assert_eq!(d.take_owner_trace().iter().map(|(_, o)| o[7]).collect::<Vec<_>>(), [2]);
+}
