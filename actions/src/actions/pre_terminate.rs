@@ -223,8 +223,7 @@ async fn safety_net(
                 }
                 return Err(Error::Refused(format!(
                     "etcd at {} is not answering, and {} must be drained; nothing was changed",
-                    common.etcd.join(","),
-                    shard.name
+                    common.etcd, shard.name
                 )));
             }
             drain::remove_shard(&s, &shard.name, &remaining).await

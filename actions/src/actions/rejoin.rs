@@ -31,6 +31,7 @@ use crate::clients::codis::{Group, Stats};
 use crate::clients::etcd::Etcd;
 use crate::clients::kube::ObjectRef;
 use crate::error::{Error, Result};
+use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::steps::cluster::{Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
@@ -105,9 +106,9 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
     let others: Vec<String> =
         group.servers.iter().map(|gs| gs.server.clone()).filter(|srv| !srv.eq_ignore_ascii_case(&server)).collect();
     let infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
-    let (mh, mp) = s.dial(&server)?;
+    let own_at = s.dial(&server)?;
     let held_data = transfer::group_held_data(&s, gid).await;
-    let (_, members) = transfer::member_facts_with(group, &server, (&mh, mp), &infos, held_data);
+    let (_, members) = transfer::member_facts_with(group, &server, &own_at, &infos, held_data);
     let live: Vec<&str> = members.iter().filter(|m| m.unfit_reason().is_none()).map(|m| m.pod.as_str()).collect();
     let unfit: Vec<String> =
         members.iter().filter_map(|m| m.unfit_reason().map(|r| format!("{}: {r}", m.pod))).collect();
@@ -214,12 +215,12 @@ fn fail_closed(config: &Path, why: &str) -> Result<String> {
 /// member left following this pod is merely chained behind a replica until the watcher's repair re-points it.
 async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &Path) -> Result<()> {
     let gid = group.id;
-    let (host, port) = s.dial(server)?;
+    let own_at = s.dial(server)?;
     let others: Vec<String> =
         group.servers.iter().map(|gs| gs.server.clone()).filter(|m| !m.eq_ignore_ascii_case(server)).collect();
     let infos = transfer::survey_within(s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
     let followers: Vec<&String> =
-        infos.iter().filter(|(_, i)| i.as_ref().is_ok_and(|i| i.follows(&host, port))).map(|(m, _)| m).collect();
+        infos.iter().filter(|(_, i)| i.as_ref().is_ok_and(|i| i.follows(&own_at))).map(|(m, _)| m).collect();
     if followers.is_empty() {
         return Ok(());
     }
@@ -254,8 +255,7 @@ async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &
 }
 
 fn follow(s: &Session<'_>, config: &Path, server: &str, master: &str, gid: u32) -> Result<String> {
-    let (host, port) = s.dial(master)?;
-    let changed = set_replication(config, Some((&host, port)))?;
+    let changed = set_replication(config, Some(&s.dial(master)?))?;
     Ok(written(format!("{server} follows {master} in group {gid}"), config, changed))
 }
 
@@ -306,8 +306,7 @@ async fn hand_over(
     if outcome.master.eq_ignore_ascii_case(server) {
         return Err(Error::Refused(format!("codis still lists {server} as group {gid}'s master; not starting")));
     }
-    let (host, port) = s.dial(&outcome.master)?;
-    let changed = set_replication(config, Some((&host, port)))?;
+    let changed = set_replication(config, Some(&s.dial(&outcome.master)?))?;
     if outcome.promoted {
         let record = FailoverRecord {
             gid,
@@ -421,7 +420,7 @@ pub fn persisted_master(text: &str) -> Option<String> {
 }
 
 /// Sets (or clears, for `None`) the replication line of the config file; returns whether the file changed.
-pub fn set_replication(path: &Path, master: Option<(&str, u16)>) -> Result<bool> {
+pub fn set_replication(path: &Path, master: Option<&HostPort>) -> Result<bool> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::invalid(crate::input::vars::PIKA_CONFIG_FILE, format!("cannot read {}: {e}", path.display()))
     })?;
@@ -440,7 +439,7 @@ pub fn set_replication(path: &Path, master: Option<(&str, u16)>) -> Result<bool>
 
 /// The config text with its replication line replaced. Pika's syntax is `key : value`; redis's is `key value`.
 #[must_use]
-pub fn with_replication(text: &str, master: Option<(&str, u16)>) -> String {
+pub fn with_replication(text: &str, master: Option<&HostPort>) -> String {
     let pika_syntax = text.lines().any(|l| {
         let l = l.trim_start();
         !l.starts_with('#') && l.split_once(':').is_some_and(|(k, _)| !k.trim().is_empty() && k.ends_with(' '))
@@ -451,8 +450,8 @@ pub fn with_replication(text: &str, master: Option<(&str, u16)>) -> String {
     };
     let mut out: Vec<String> = text.lines().filter(|l| !is_replication_line(l)).map(str::to_owned).collect();
     match (master, pika_syntax) {
-        (Some((host, port)), true) => out.push(format!("slaveof : {host}:{port}")),
-        (Some((host, port)), false) => out.push(format!("replicaof {host} {port}")),
+        (Some(master), true) => out.push(format!("slaveof : {}:{}", master.host(), master.port())),
+        (Some(master), false) => out.push(format!("replicaof {} {}", master.host(), master.port())),
         // Pika keeps an explicit empty item; redis simply has no line.
         (None, true) => out.push("slaveof : ".to_owned()),
         (None, false) => {}
@@ -469,9 +468,9 @@ mod tests {
     #[test]
     fn pika_config_gets_its_slaveof_item_replaced_and_everything_else_kept() {
         let conf = "port : 9221\nslaveof : old-master:9221\nreplication-id : abc\n";
-        let out = with_replication(conf, Some(("new-master.svc", 9221)));
+        let out = with_replication(conf, Some(&HostPort::new("new-master.svc".to_owned(), 9221)));
         assert_eq!(out, "port : 9221\nreplication-id : abc\nslaveof : new-master.svc:9221\n");
-        assert_eq!(with_replication(&out, Some(("new-master.svc", 9221))), out, "idempotent");
+        assert_eq!(with_replication(&out, Some(&HostPort::new("new-master.svc".to_owned(), 9221))), out, "idempotent");
         assert_eq!(with_replication(&out, None), "port : 9221\nreplication-id : abc\nslaveof : \n");
     }
 
@@ -479,7 +478,7 @@ mod tests {
     fn redis_config_uses_replicaof() {
         let conf = "port 7001\n# slaveof a b\nslaveof 127.0.0.1 7000\n";
         assert_eq!(
-            with_replication(conf, Some(("127.0.0.1", 7002))),
+            with_replication(conf, Some(&HostPort::new("127.0.0.1".to_owned(), 7002))),
             "port 7001\n# slaveof a b\nreplicaof 127.0.0.1 7002\n"
         );
         assert_eq!(with_replication(conf, None), "port 7001\n# slaveof a b\n");

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::clients::pika;
 use crate::error::Result;
+use crate::input::address::HostPort;
 use crate::input::context::Context;
 
 /// Longest a probe waits for pika; KubeBlocks probes every few seconds, so a slow answer is as good as none.
@@ -18,6 +19,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn run(ctx: &Context, event: &crate::input::event::RoleProbe) -> Result<String> {
     let crate::input::event::RoleProbe { host, pika: target, .. } = event;
     let timeout = ctx.budget.cap(PROBE_TIMEOUT);
-    let role = pika::probe_role(host, target.port, ctx.secrets.pika_password.as_deref(), timeout)?;
+    let role =
+        pika::probe_role(&HostPort::new(host.clone(), target.port), ctx.secrets.pika_password.as_deref(), timeout)?;
     Ok(role.probe_name().to_owned())
 }

@@ -184,8 +184,7 @@ async fn check_candidate(
     }
     let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
     let infos = transfer::survey(s, &servers).await;
-    let (host, port) = s.dial(from)?;
-    let (current, members) = transfer::member_facts(group, from, (&host, port), &infos);
+    let (current, members) = transfer::member_facts(group, from, &s.dial(from)?, &infos);
     plan::choose_new_master(&current, &members, Some(&candidate.name), None)
         .map(drop)
         .map_err(|e| refuse(e.to_string()))

@@ -16,6 +16,7 @@ use std::io::Write as _;
 use crate::clients::codis::Group;
 use crate::clients::pika::{Replication, Role};
 use crate::error::{Error, Result};
+use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::steps::cluster::{self, Session};
 use crate::steps::failover::{self, FailoverRecord};
@@ -89,7 +90,7 @@ pub struct GroupView<'a> {
 impl GroupView<'_> {
     /// Appends the group's table to `out` and returns how many problems it flagged. `dial` maps a registered server
     /// to the host and port its replicas name as their master (overrides applied).
-    pub fn render(&self, out: &mut String, dial: impl Fn(&str) -> Option<(String, u16)>) -> usize {
+    pub fn render(&self, out: &mut String, dial: impl Fn(&str) -> Option<HostPort>) -> usize {
         let g = self.group;
         let mut problems = Vec::new();
         let _ = write!(out, "group {}  shard {}  slots {}", g.id, self.shard.as_deref().unwrap_or("?"), self.slots);
@@ -112,7 +113,9 @@ impl GroupView<'_> {
         let name_of = |host: &str, port: u16| -> String {
             g.servers
                 .iter()
-                .position(|gs| dial(&gs.server).is_some_and(|(h, p)| p == port && h.eq_ignore_ascii_case(host)))
+                .position(|gs| {
+                    dial(&gs.server).is_some_and(|at| at.port() == port && at.host().eq_ignore_ascii_case(host))
+                })
                 .map_or_else(|| format!("{host}:{port}"), |i| format!("[{i}]"))
         };
         for (i, gs) in g.servers.iter().enumerate() {
@@ -137,7 +140,7 @@ impl GroupView<'_> {
                     if i > 0 && info.role == Role::Master {
                         problems.push(format!("[{i}] is a second pika master"));
                     } else if i > 0 {
-                        let follows = master_at.as_ref().is_some_and(|(h, p)| info.follows(h, *p));
+                        let follows = master_at.as_ref().is_some_and(|at| info.follows(at));
                         if !follows {
                             problems.push(format!("[{i}] does not follow [0]"));
                         }
@@ -206,8 +209,11 @@ mod tests {
         }
     }
 
-    fn dial(server: &str) -> Option<(String, u16)> {
-        Some(("127.0.0.1".to_owned(), 7000 + crate::clients::server::ServerAddr::of(server).ordinal()? as u16))
+    fn dial(server: &str) -> Option<HostPort> {
+        Some(HostPort::new(
+            "127.0.0.1".to_owned(),
+            7000 + crate::clients::server::ServerAddr::of(server).ordinal()? as u16,
+        ))
     }
 
     fn slave_of(port: u16) -> Result<Replication, String> {

@@ -44,6 +44,7 @@ use crate::clients::etcd::{self, Etcd, LockGuard};
 use crate::clients::kube::ObjectRef;
 use crate::clients::pika::{self, Pika, Replication};
 use crate::error::{Error, Result};
+use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::Common;
 use crate::plan::detector::{Detector, Verdict};
@@ -558,16 +559,13 @@ impl<'a> Leader<'a> {
 /// One probe: `INFO replication` over the kept connection, or a new one.
 async fn probe(
     conn: Option<Pika>,
-    dial: std::result::Result<(String, u16), String>,
+    dial: std::result::Result<HostPort, String>,
     password: Option<String>,
     timeout: Duration,
 ) -> std::result::Result<(Pika, Replication), String> {
     let conn = match conn {
         Some(conn) => conn,
-        None => {
-            let (host, port) = dial?;
-            Pika::connect(&host, port, password.as_deref(), timeout).await.map_err(|e| e.to_string())?
-        }
+        None => Pika::connect(&dial?, password.as_deref(), timeout).await.map_err(|e| e.to_string())?,
     };
     let info = conn.info_replication().await.map_err(|e| e.to_string())?;
     Ok((conn, info))

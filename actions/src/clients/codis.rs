@@ -18,6 +18,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::input::address::HostPort;
+
 /// What stands for the xauth in every endpoint shown to people; the real value is substituted only into the URL.
 const XAUTH: &str = "{xauth}";
 
@@ -40,8 +42,8 @@ pub enum Error {
     /// The request did not complete: connection refused, DNS failure, timeout, reset.
     #[error("codis {endpoint}: cannot talk to the dashboard at {addr}")]
     Transport {
-        /// The dashboard's `host:port`.
-        addr: String,
+        /// The dashboard.
+        addr: HostPort,
         /// Method and path, with `{xauth}` in place of the xauth.
         endpoint: String,
         /// What went wrong (its URL stripped, since the URL holds the xauth).
@@ -71,14 +73,6 @@ pub enum Error {
         endpoint: String,
         /// The offending value.
         value: String,
-    },
-    /// The dashboard address is not a plain `host:port` (or `http://host:port`).
-    #[error("codis dashboard address {addr:?}: {reason}")]
-    BadAddress {
-        /// The address as given.
-        addr: String,
-        /// What is wrong with it.
-        reason: String,
     },
 }
 
@@ -172,7 +166,7 @@ pub fn xauth(product: &str) -> String {
 /// A connected codis-dashboard whose product name and xauth are known and checked.
 #[derive(Clone)]
 pub struct Dashboard {
-    addr: String,
+    addr: HostPort,
     product: String,
     xauth: String,
     http: reqwest::Client,
@@ -191,12 +185,11 @@ impl fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Connects to the dashboard at `addr` (`host:port`, optionally `http://host:port`): reads the model to learn the
-    /// product name, checks it against `expected_product` when given (and not empty), and verifies the derived xauth
+    /// Connects to the dashboard at `addr`: reads the model to learn the product name, checks it against `expected_product` when given (and not empty), and verifies the derived xauth
     /// with `xping`.
     /// Every request of this dashboard is bounded by `timeout`.
-    pub async fn connect(addr: &str, expected_product: Option<&str>, timeout: Duration) -> Result<Self, Error> {
-        let addr = normalize_addr(addr)?;
+    pub async fn connect(addr: &HostPort, expected_product: Option<&str>, timeout: Duration) -> Result<Self, Error> {
+        let addr = addr.clone();
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -230,9 +223,9 @@ impl Dashboard {
         &self.product
     }
 
-    /// The dashboard's `host:port`.
+    /// The dashboard's address.
     #[must_use]
-    pub fn addr(&self) -> &str {
+    pub fn addr(&self) -> &HostPort {
         &self.addr
     }
 
@@ -418,22 +411,6 @@ fn flag(value: bool) -> &'static str {
     } else {
         "0"
     }
-}
-
-fn normalize_addr(addr: &str) -> Result<String, Error> {
-    let bad = |reason: &str| Error::BadAddress { addr: addr.to_owned(), reason: reason.to_owned() };
-    let trimmed = addr.trim();
-    if trimmed.starts_with("https://") {
-        return Err(bad("the dashboard serves plain http only"));
-    }
-    let bare = trimmed.strip_prefix("http://").unwrap_or(trimmed).trim_end_matches('/');
-    if bare.is_empty() {
-        return Err(bad("empty"));
-    }
-    if bare.contains(['/', '?', '#', '@']) || bare.chars().any(char::is_whitespace) {
-        return Err(bad("expected host:port"));
-    }
-    Ok(bare.to_owned())
 }
 
 /// What to report for a non-200 reply: Codis' `Cause` for its own errors, otherwise the start of the body.
@@ -998,10 +975,6 @@ mod tests {
         for bad in ["", "a/b", "a?b", "a#b", "a b"] {
             assert!(matches!(route("group/add", &["1", bad]), Err(Error::BadSegment { .. })), "{bad:?}");
         }
-        assert_eq!(normalize_addr("http://dash:18080/").unwrap(), "dash:18080");
-        assert_eq!(normalize_addr(" dash:18080 ").unwrap(), "dash:18080");
-        assert!(normalize_addr("https://dash:18080").is_err());
-        assert!(normalize_addr("dash:18080/api").is_err());
     }
 
     // ---- over HTTP ---------------------------------------------------------------------------------------------
@@ -1085,7 +1058,9 @@ mod tests {
     }
 
     async fn connected(server: &Canned) -> Dashboard {
-        Dashboard::connect(&server.addr, Some("codis-demo"), Duration::from_secs(5)).await.unwrap()
+        Dashboard::connect(&HostPort::parse(&server.addr).unwrap(), Some("codis-demo"), Duration::from_secs(5))
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -1093,7 +1068,7 @@ mod tests {
         let server = Canned::serve(vec![model_reply(), ok()]);
         let dashboard = connected(&server).await;
         assert_eq!(dashboard.product(), "codis-demo");
-        assert_eq!(dashboard.addr(), server.addr);
+        assert_eq!(dashboard.addr().to_string(), server.addr);
         assert!(!format!("{dashboard:?}").contains("95b62887"));
         assert_eq!(
             server.requests(),
@@ -1104,7 +1079,10 @@ mod tests {
     #[tokio::test]
     async fn connect_refuses_another_product() {
         let server = Canned::serve(vec![model_reply()]);
-        let err = Dashboard::connect(&server.addr, Some("pika-demo"), Duration::from_secs(5)).await.unwrap_err();
+        let err =
+            Dashboard::connect(&HostPort::parse(&server.addr).unwrap(), Some("pika-demo"), Duration::from_secs(5))
+                .await
+                .unwrap_err();
         match err {
             Error::ProductMismatch { expected, actual } => {
                 assert_eq!(expected, "pika-demo");
@@ -1117,7 +1095,9 @@ mod tests {
     #[tokio::test]
     async fn a_wrong_xauth_is_reported_with_its_cause() {
         let server = Canned::serve(vec![model_reply(), ("800 status code 800", transcript("004").response_body)]);
-        let err = Dashboard::connect(&server.addr, None, Duration::from_secs(5)).await.unwrap_err();
+        let err = Dashboard::connect(&HostPort::parse(&server.addr).unwrap(), None, Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(err.cause(), Some("invalid xauth, please check product name & auth"));
         assert!(err.to_string().contains("GET /api/topom/xping/{xauth}"), "{err}");
     }
@@ -1204,7 +1184,7 @@ mod tests {
     async fn a_refused_connection_is_a_transport_error_without_the_url() {
         // Bind then drop, so that nothing listens on the port.
         let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-        let err = Dashboard::connect(&addr, None, Duration::from_secs(5)).await.unwrap_err();
+        let err = Dashboard::connect(&HostPort::parse(&addr).unwrap(), None, Duration::from_secs(5)).await.unwrap_err();
         assert!(matches!(&err, Error::Transport { endpoint, .. } if endpoint == "GET /api/topom/model"), "{err:?}");
         let text = crate::error::Error::from(err).one_line();
         assert!(text.contains(&addr), "{text}");
@@ -1217,7 +1197,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let hold = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
-        let err = Dashboard::connect(&addr, None, Duration::from_millis(300)).await.unwrap_err();
+        let err =
+            Dashboard::connect(&HostPort::parse(&addr).unwrap(), None, Duration::from_millis(300)).await.unwrap_err();
         match &err {
             Error::Transport { source, .. } => assert!(source.is_timeout(), "{err:?}"),
             other => panic!("{other:?}"),

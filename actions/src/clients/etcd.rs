@@ -27,6 +27,8 @@ use etcd_client::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::input::address::{Endpoints, HostPort};
+
 /// The root of every key this addon writes.
 pub const ROOT: &str = "/pika-kubeblocks";
 
@@ -158,16 +160,16 @@ enum Renewal {
 }
 
 impl Etcd {
-    /// Connects to `endpoints` (`host:port` or URLs) and checks that etcd answers.
+    /// Connects to `endpoints` and checks that etcd answers.
     ///
     /// `timeout` bounds the connection and this check together, and afterwards every single request; an etcd that
     /// is down or unreachable yields [`Error::Unavailable`] within it.
-    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd, Error> {
-        let endpoints: Vec<String> = endpoints.iter().map(|e| e.trim().to_owned()).filter(|e| !e.is_empty()).collect();
+    pub async fn connect(endpoints: &Endpoints, timeout: Duration) -> Result<Etcd, Error> {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let joined = endpoints.join(",");
+        let joined = endpoints.to_string();
+        let endpoints: Vec<String> = endpoints.iter().map(HostPort::to_string).collect();
         let options = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
         // One deadline for connecting and checking, so a dead etcd costs `timeout` and not twice that.
         let attempt = async {
@@ -627,8 +629,12 @@ mod tests {
     const TIMEOUT: Duration = Duration::from_secs(2);
     const TTL: Duration = Duration::from_secs(2);
 
+    fn endpoints(server: &EtcdServer) -> Endpoints {
+        Endpoints::parse(&server.endpoint()).expect("the test etcd's endpoint")
+    }
+
     async fn connect(server: &EtcdServer) -> Etcd {
-        Etcd::connect(&[server.endpoint()], TIMEOUT).await.expect("etcd connects")
+        Etcd::connect(&endpoints(server), TIMEOUT).await.expect("etcd connects")
     }
 
     fn lock_key(name: &str) -> String {
@@ -659,7 +665,7 @@ mod tests {
 
     #[tokio::test]
     async fn connect_without_endpoints_is_refused() {
-        let err = Etcd::connect(&[" ".to_owned()], TIMEOUT).await.expect_err("no endpoints");
+        let err = Etcd::connect(&Endpoints::parse(" ").unwrap(), TIMEOUT).await.expect_err("no endpoints");
         assert!(matches!(err, Error::NoEndpoints), "{err:?}");
     }
 
@@ -881,7 +887,7 @@ mod tests {
         server.stop();
 
         let started = std::time::Instant::now();
-        let err = Etcd::connect(&[server.endpoint()], TIMEOUT).await.expect_err("etcd is down");
+        let err = Etcd::connect(&endpoints(&server), TIMEOUT).await.expect_err("etcd is down");
         assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
         assert!(started.elapsed() < TIMEOUT + Duration::from_millis(500), "connect took {:?}", started.elapsed());
         assert!(err.to_string().contains(&server.endpoint()), "{err}");

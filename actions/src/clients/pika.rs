@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
+use crate::input::address::HostPort;
+
 /// pika's default `binlog-file-size`: the unit of the file number in `db0:binlog_offset=<file> <offset>`.
 const BINLOG_FILE_SIZE: u64 = 104_857_600;
 
@@ -156,12 +158,12 @@ pub struct Replication {
 }
 
 impl Replication {
-    /// Whether the server is a slave of `host:port` (host compared without case). The link may still be down.
+    /// Whether the server is a slave of `master` (host compared without case). The link may still be down.
     #[must_use]
-    pub fn follows(&self, host: &str, port: u16) -> bool {
+    pub fn follows(&self, master: &HostPort) -> bool {
         self.role.is_slave()
-            && self.master_port == Some(port)
-            && self.master_host.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(host))
+            && self.master_port == Some(master.port())
+            && self.master_host.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(master.host()))
     }
 
     /// The slave listed with `ip:port`.
@@ -351,37 +353,14 @@ fn parse_pika_lag(value: &str) -> (Option<u64>, bool) {
 // ---- addresses ---------------------------------------------------------------------------------------------------
 
 /// Where to dial the server registered in Codis as `server` (`<pod fqdn>:<port>`): its entry in `overrides` (from
-/// `PIKA_ADDRESS_OVERRIDES`, matched without case) when there is one, else `server` itself, split into host and port.
-pub fn dial_address(server: &str, overrides: &BTreeMap<String, String>) -> Result<(String, u16), Error> {
+/// `PIKA_ADDRESS_OVERRIDES`, matched without case) when there is one, else `server` itself. Codis's server strings
+/// are read here and nowhere else.
+pub fn dial_address(server: &str, overrides: &BTreeMap<String, HostPort>) -> Result<HostPort, Error> {
     let server = server.trim();
-    let target = overrides.iter().find(|(k, _)| k.trim().eq_ignore_ascii_case(server)).map_or(server, |(_, v)| v);
-    split_host_port(target.trim())
-}
-
-fn split_host_port(address: &str) -> Result<(String, u16), Error> {
-    let bad = |reason: &str| Error::Address { address: address.to_owned(), reason: reason.to_owned() };
-    let (host, port) = address.rsplit_once(':').ok_or_else(|| bad("expected host:port"))?;
-    // `[::1]:9221`: the brackets are URL syntax, not part of the host.
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    if host.is_empty() || host.contains(['[', ']']) || host.chars().any(char::is_whitespace) {
-        return Err(bad("expected host:port"));
+    if let Some((_, real)) = overrides.iter().find(|(k, _)| k.trim().eq_ignore_ascii_case(server)) {
+        return Ok(real.clone());
     }
-    if host.contains(':') && !address.starts_with('[') {
-        return Err(bad("an IPv6 host must be written [host]:port"));
-    }
-    let port: u16 = port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?;
-    if port == 0 {
-        return Err(bad("the port is not a number from 1 to 65535"));
-    }
-    Ok((host.to_owned(), port))
-}
-
-fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    HostPort::parse(server).map_err(|reason| Error::Address { address: server.to_owned(), reason })
 }
 
 // ---- clients -----------------------------------------------------------------------------------------------------
@@ -436,10 +415,12 @@ impl fmt::Debug for Pika {
 }
 
 impl Pika {
-    /// Connects to `host:port` and authenticates with `password` when one is given (an empty one counts as none).
-    pub async fn connect(host: &str, port: u16, password: Option<&str>, timeout: Duration) -> Result<Self, Error> {
-        let addr = join_host_port(host, port);
-        let client = connection_info(host, port).and_then(Client::open).map_err(|e| connect_error(&addr, &e))?;
+    /// Connects to `server` and authenticates with `password` when one is given (an empty one counts as none).
+    pub async fn connect(server: &HostPort, password: Option<&str>, timeout: Duration) -> Result<Self, Error> {
+        let addr = server.to_string();
+        let client = connection_info(server.host(), server.port())
+            .and_then(Client::open)
+            .map_err(|e| connect_error(&addr, &e))?;
         let config =
             AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
         let conn =
@@ -481,13 +462,13 @@ impl Pika {
         Ok(parse_replication(&text))
     }
 
-    /// `SLAVEOF host port`. Only switches the state machine: poll [`Replication::link_up`], and persist with
-    /// [`Pika::config_rewrite`]. Idempotent on pika when `host` is spelled as before.
-    pub async fn slaveof(&self, host: &str, port: u16) -> Result<(), Error> {
+    /// `SLAVEOF host port` of `master`. Only switches the state machine: poll [`Replication::link_up`], and persist
+    /// with [`Pika::config_rewrite`]. Idempotent on pika when the host is spelled as before.
+    pub async fn slaveof(&self, master: &HostPort) -> Result<(), Error> {
         crate::failpoint::step("SLAVEOF");
-        tracing::debug!(pika = %self.addr, master = %join_host_port(host, port), "slaveof");
+        tracing::debug!(pika = %self.addr, master = %master, "slaveof");
         let mut cmd = redis::cmd("SLAVEOF");
-        cmd.arg(host).arg(port);
+        cmd.arg(master.host()).arg(master.port());
         self.query("SLAVEOF", &cmd, None).await
     }
 
@@ -543,8 +524,9 @@ impl Pika {
 
 /// The role of the server at `host:port`, synchronously: one connection, `AUTH` when a password is given,
 /// `INFO replication`. `timeout` bounds the whole probe, connection included.
-pub fn probe_role(host: &str, port: u16, password: Option<&str>, timeout: Duration) -> Result<Role, Error> {
-    let addr = join_host_port(host, port);
+pub fn probe_role(server: &HostPort, password: Option<&str>, timeout: Duration) -> Result<Role, Error> {
+    let (host, port) = (server.host(), server.port());
+    let addr = server.to_string();
     let start = Instant::now();
     // What is left of the budget for the next step; sockets refuse a zero timeout, so an exhausted budget is a timeout.
     let left = |command: &'static str| {
@@ -589,6 +571,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    fn local(port: u16) -> HostPort {
+        HostPort::new("127.0.0.1".to_owned(), port)
+    }
 
     macro_rules! fixture {
         ($name:literal) => {
@@ -642,9 +628,9 @@ mod tests {
         assert_eq!(r.offset, Some(367_001_600));
         assert_eq!(r.connected_slaves, 0);
         assert!(r.replicas.is_empty());
-        assert!(r.follows(&MASTER_FQDN.to_ascii_uppercase(), 9221));
-        assert!(!r.follows(MASTER_FQDN, 9222));
-        assert!(!r.follows("other", 9221));
+        assert!(r.follows(&HostPort::new((&MASTER_FQDN.to_ascii_uppercase()).to_string(), 9221)));
+        assert!(!r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9222)));
+        assert!(!r.follows(&HostPort::new(("other").to_string(), 9221)));
     }
 
     #[test]
@@ -655,7 +641,7 @@ mod tests {
         assert_eq!(r.eligible, Some(false));
         assert_eq!(r.binlog, Some((0, 0)));
         assert_eq!(r.offset, Some(0));
-        assert!(r.follows(MASTER_FQDN, 9221));
+        assert!(r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9221)));
     }
 
     #[test]
@@ -670,7 +656,7 @@ mod tests {
         assert_eq!(r.role, Role::MasterAndSlave);
         assert_eq!(r.role.probe_name(), "slave");
         assert!(r.link_up);
-        assert!(r.follows(MASTER_FQDN, 9221));
+        assert!(r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9221)));
         assert_eq!(r.connected_slaves, 1);
         assert_eq!(r.replicas[0].lag, Some(1024));
         assert_eq!(r.offset, Some(367_000_576));
@@ -709,7 +695,7 @@ mod tests {
         let r = both_endings(fixture!("redis7-replica.txt"));
         assert_eq!(r.role, Role::Slave);
         assert!(r.link_up);
-        assert!(r.follows("127.0.0.1", 16391));
+        assert!(r.follows(&HostPort::new(("127.0.0.1").to_string(), 16391)));
         assert_eq!(r.offset, Some(50));
         assert!(r.replicas.is_empty());
     }
@@ -765,24 +751,22 @@ mod tests {
 
     #[test]
     fn dial_address_prefers_an_override_matched_without_case() {
+        let at = |raw: &str| HostPort::parse(raw).unwrap();
         let overrides = BTreeMap::from([(
             "c1-pika-a-0.c1-pika-a-headless.default.svc.cluster.local:9221".to_owned(),
-            "127.0.0.1:41234".to_owned(),
+            at("127.0.0.1:41234"),
         )]);
         assert_eq!(
             dial_address("C1-PIKA-A-0.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap(),
-            ("127.0.0.1".to_owned(), 41234)
+            at("127.0.0.1:41234")
         );
-        assert_eq!(
-            dial_address("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap(),
-            ("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local".to_owned(), 9221)
-        );
-        assert_eq!(dial_address("[::1]:6379", &BTreeMap::new()).unwrap(), ("::1".to_owned(), 6379));
+        let own = dial_address("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap();
+        assert_eq!((own.host(), own.port()), ("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local", 9221));
+        let v6 = dial_address("[::1]:6379", &BTreeMap::new()).unwrap();
+        assert_eq!((v6.host(), v6.port()), ("::1", 6379));
         for bad in ["nohost", ":9221", "host:", "host:0", "host:70000", "::1:6379", "a b:1"] {
             assert!(matches!(dial_address(bad, &BTreeMap::new()), Err(Error::Address { .. })), "{bad:?}");
         }
-        let broken = BTreeMap::from([("a:1".to_owned(), "nowhere".to_owned())]);
-        assert!(matches!(dial_address("a:1", &broken), Err(Error::Address { address, .. }) if address == "nowhere"));
     }
 
     /// Lines of both layouts, valid alone, for shuffled replies.
@@ -929,7 +913,7 @@ mod tests {
     #[tokio::test]
     async fn a_standalone_server_is_a_master() {
         let server = TestRedis::start("");
-        let pika = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
+        let pika = Pika::connect(&local(server.port), None, T).await.unwrap();
         assert_eq!(pika.addr(), format!("127.0.0.1:{}", server.port));
         pika.ping().await.unwrap();
         let r = pika.info_replication().await.unwrap();
@@ -937,20 +921,20 @@ mod tests {
         assert_eq!(r.connected_slaves, 0);
         assert_eq!(pika.config_get("port").await.unwrap(), Some(server.port.to_string()));
         assert_eq!(pika.config_get("no-such-item").await.unwrap(), None);
-        assert_eq!(probe_role("127.0.0.1", server.port, None, T).unwrap(), Role::Master);
+        assert_eq!(probe_role(&local(server.port), None, T).unwrap(), Role::Master);
     }
 
     #[tokio::test]
     async fn slaveof_then_rewrite_then_no_one() {
         let master = TestRedis::start("");
         let replica = TestRedis::start("");
-        let to_master = Pika::connect("127.0.0.1", master.port, None, T).await.unwrap();
-        let to_replica = Pika::connect("127.0.0.1", replica.port, None, T).await.unwrap();
+        let to_master = Pika::connect(&local(master.port), None, T).await.unwrap();
+        let to_replica = Pika::connect(&local(replica.port), None, T).await.unwrap();
 
-        to_replica.slaveof("127.0.0.1", master.port).await.unwrap();
+        to_replica.slaveof(&local(master.port)).await.unwrap();
         let r = wait_for(&to_replica, "link up", |r| r.link_up).await;
-        assert!(r.follows("127.0.0.1", master.port));
-        assert_eq!(probe_role("127.0.0.1", replica.port, None, T).unwrap(), Role::Slave);
+        assert!(r.follows(&local(master.port)));
+        assert_eq!(probe_role(&local(replica.port), None, T).unwrap(), Role::Slave);
         let m = wait_for(&to_master, "replica listed", |r| r.connected_slaves == 1).await;
         assert_eq!(m.replicas.len(), 1);
         assert_eq!(m.replicas[0].port, replica.port);
@@ -962,8 +946,8 @@ mod tests {
         to_replica.slaveof_no_one().await.unwrap();
         let r = to_replica.info_replication().await.unwrap();
         assert_eq!(r.role, Role::Master);
-        assert!(!r.follows("127.0.0.1", master.port));
-        assert_eq!(probe_role("127.0.0.1", replica.port, None, T).unwrap(), Role::Master);
+        assert!(!r.follows(&local(master.port)));
+        assert_eq!(probe_role(&local(replica.port), None, T).unwrap(), Role::Master);
         // On a master it is a no-op.
         to_replica.slaveof_no_one().await.unwrap();
     }
@@ -972,34 +956,34 @@ mod tests {
     async fn a_password_is_sent_and_never_shown() {
         let password = "s3cret-Pa55word";
         let server = TestRedis::start(&format!("requirepass {password}"));
-        let pika = Pika::connect("127.0.0.1", server.port, Some(password), T).await.unwrap();
+        let pika = Pika::connect(&local(server.port), Some(password), T).await.unwrap();
         pika.ping().await.unwrap();
         assert!(!format!("{pika:?}").contains(password));
-        assert_eq!(probe_role("127.0.0.1", server.port, Some(password), T).unwrap(), Role::Master);
+        assert_eq!(probe_role(&local(server.port), Some(password), T).unwrap(), Role::Master);
 
         let wrong = "not-the-s3cret";
-        let err = Pika::connect("127.0.0.1", server.port, Some(wrong), T).await.unwrap_err();
+        let err = Pika::connect(&local(server.port), Some(wrong), T).await.unwrap_err();
         assert!(matches!(err, Error::Command { command: "AUTH", .. }), "{err:?}");
-        let err = probe_role("127.0.0.1", server.port, Some(wrong), T).unwrap_err();
+        let err = probe_role(&local(server.port), Some(wrong), T).unwrap_err();
         assert!(matches!(err, Error::Command { command: "AUTH", .. }), "{err:?}");
         for text in [err.to_string(), format!("{err:?}"), crate::error::Error::from(err).one_line()] {
             assert!(!text.contains(wrong) && !text.contains(password), "{text}");
         }
 
         // Without the password the server refuses the command, and says so.
-        let anonymous = Pika::connect("127.0.0.1", server.port, None, T).await.unwrap();
+        let anonymous = Pika::connect(&local(server.port), None, T).await.unwrap();
         let err = anonymous.info_replication().await.unwrap_err();
         assert!(err.to_string().contains("NOAUTH"), "{err}");
-        assert!(probe_role("127.0.0.1", server.port, None, T).is_err());
+        assert!(probe_role(&local(server.port), None, T).is_err());
     }
 
     #[tokio::test]
     async fn nothing_listening_is_a_connect_error() {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let err = Pika::connect("127.0.0.1", port, None, T).await.unwrap_err();
+        let err = Pika::connect(&local(port), None, T).await.unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err:?}");
         assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
-        let err = probe_role("127.0.0.1", port, None, T).unwrap_err();
+        let err = probe_role(&local(port), None, T).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     }
 
@@ -1009,7 +993,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         // The kernel completes the handshake; nobody ever answers.
         let started = Instant::now();
-        let err = probe_role("127.0.0.1", port, None, Duration::from_millis(300)).unwrap_err();
+        let err = probe_role(&local(port), None, Duration::from_millis(300)).unwrap_err();
         assert!(matches!(err, Error::Timeout { command: "INFO replication", .. }), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
         drop(listener);
@@ -1019,7 +1003,7 @@ mod tests {
     async fn a_silent_server_times_a_command_out() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let pika = Pika::connect("127.0.0.1", port, None, Duration::from_millis(300)).await.unwrap();
+        let pika = Pika::connect(&local(port), None, Duration::from_millis(300)).await.unwrap();
         let err = pika.ping().await.unwrap_err();
         assert!(matches!(err, Error::Timeout { command: "PING", .. }), "{err:?}");
         drop(listener);

@@ -4,7 +4,8 @@ use crate::budget::Budget;
 use crate::error::Result;
 use crate::input::cli::Action;
 use crate::input::event::Event;
-use crate::input::template::{self, KbLine};
+use crate::input::line::KbLine;
+use crate::input::template;
 use crate::input::vars::{self, VarMap};
 
 /// Secrets from the environment; never part of the event, never printed (Debug is masked).

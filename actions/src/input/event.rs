@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
-use crate::input::template::KbLine;
+use crate::input::address::{Endpoints, HostPort};
+use crate::input::line::KbLine;
 use crate::input::vars;
 
 /// Fields every Codis-facing event carries.
@@ -23,7 +24,7 @@ pub struct Common {
     /// The codis-dashboard.
     pub codis: CodisRef,
     /// etcd endpoints (empty where the action needs none).
-    pub etcd: Vec<String>,
+    pub etcd: Endpoints,
     /// How to reach the pikas.
     pub pika: PikaRef,
     /// Seconds this run may work.
@@ -42,8 +43,8 @@ pub struct ClusterRef {
 /// The codis-dashboard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodisRef {
-    /// `host:port` of the admin API.
-    pub dashboard: String,
+    /// The admin API.
+    pub dashboard: HostPort,
     /// The product name, when given (it must then match the dashboard's).
     pub product: Option<String>,
 }
@@ -57,7 +58,7 @@ pub struct PikaRef {
     pub auth: bool,
     /// Where some server addresses really are (`<fqdn>:<port>` → `host:port`), for port-forwards and tests.
     #[serde(default)]
-    pub overrides: BTreeMap<String, String>,
+    pub overrides: BTreeMap<String, HostPort>,
 }
 
 /// A pod, named by its FQDN.
@@ -71,7 +72,7 @@ pub struct Pod {
 impl TryFrom<String> for Pod {
     type Error = String;
     fn try_from(fqdn: String) -> std::result::Result<Self, String> {
-        crate::input::template::check_fqdn(&fqdn)?;
+        crate::input::address::check_fqdn(&fqdn)?;
         let pod = Self { fqdn: fqdn.trim_end_matches('.').to_ascii_lowercase() };
         pod.ordinal().ok_or_else(|| format!("pod name {:?} does not end in an ordinal", pod.name()))?;
         Ok(pod)
@@ -415,8 +416,8 @@ impl Event {
     pub fn validate(&self) -> Result<()> {
         let Some(common) = self.common() else { return Ok(()) };
         let cluster = &common.cluster;
-        crate::input::template::check_label(&cluster.name).map_err(|e| Error::invalid(vars::CLUSTER_NAME, e))?;
-        crate::input::template::check_label(&cluster.namespace)
+        crate::input::address::check_label(&cluster.name).map_err(|e| Error::invalid(vars::CLUSTER_NAME, e))?;
+        crate::input::address::check_label(&cluster.namespace)
             .map_err(|e| Error::invalid(vars::CLUSTER_NAMESPACE, e))?;
         if let Some(product) = &common.codis.product {
             if product.contains(['/', ' ', '#', '?']) {
@@ -534,7 +535,7 @@ impl Event {
                     check_kube_api(url)?;
                 }
                 if let Some(pod) = pod {
-                    crate::input::template::check_label(pod).map_err(|e| Error::invalid(vars::POD_NAME, e))?;
+                    crate::input::address::check_label(pod).map_err(|e| Error::invalid(vars::POD_NAME, e))?;
                 }
                 // A probe interval as long as the detection time would fail a master over on one missed probe.
                 if probe_interval_ms >= detection_ms {
@@ -561,11 +562,11 @@ fn check_kube_api(url: &str) -> Result<()> {
         Error::invalid(vars::KUBE_API_URL, format!("{url:?} is not a plain http:// url (e.g. http://127.0.0.1:8001)"))
     })?;
     let authority = rest.split('/').next().unwrap_or_default();
-    crate::input::template::check_host_port(authority).map_err(|e| Error::invalid(vars::KUBE_API_URL, e))
+    crate::input::address::check_host_port(authority).map_err(|e| Error::invalid(vars::KUBE_API_URL, e))
 }
 
 fn check_shard_name(cluster: &ClusterRef, name: &str, var: &str) -> Result<()> {
-    crate::input::template::check_label(name).map_err(|e| Error::invalid(var, e))?;
+    crate::input::address::check_label(name).map_err(|e| Error::invalid(var, e))?;
     if !name.starts_with(&format!("{}-", cluster.name)) {
         return Err(Error::invalid(var, format!("{name} is not a component of cluster {}", cluster.name)));
     }

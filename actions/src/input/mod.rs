@@ -1,9 +1,12 @@
-//! The edge: the contract's variables from the command line and environment ([`cli`], [`vars`]), the action's
-//! template rendered over them ([`template`]), and the typed, validated event it yields ([`event`]), with the run's
+//! The edge: the contract's variables from the command line and environment ([`cli`], [`vars`]), the KubeBlocks
+//! line they come from ([`line`]), the action's template rendered over them ([`template`]), and the typed,
+//! validated event it yields ([`event`]), whose names and addresses follow the rules of [`address`], with the run's
 //! context ([`context`]). Everything past this layer works on typed values only.
 
+pub mod address;
 pub mod cli;
 pub mod context;
 pub mod event;
+pub mod line;
 pub mod template;
 pub mod vars;

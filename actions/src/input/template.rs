@@ -5,7 +5,6 @@
 //! variable; each validates its variable and, when it is missing or malformed, fails naming it, so that the caller
 //! can report exit 2 with the variable's name.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,86 +12,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
+use crate::input::address::{check_fqdn, check_host, check_host_port, check_label};
+use crate::input::line::KbLine;
 use crate::input::vars::{self, VarMap};
-
-/// The KubeBlocks release lines the addon supports; they differ in which actions run and which variables exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum KbLine {
-    /// 1.0.x GA: component postProvision/preTerminate with the legacy `KB_CLUSTER_COMPONENT_*` variables.
-    #[serde(rename = "1.0")]
-    V1_0,
-    /// 1.1 and later: ShardingDefinition postProvision, shardAdd and shardRemove.
-    #[serde(rename = "1.1")]
-    V1_1,
-}
-
-impl KbLine {
-    /// The line's name as used in template file names and events.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V1_0 => "1.0",
-            Self::V1_1 => "1.1",
-        }
-    }
-
-    /// `KUBEBLOCKS_LINE` when set (`1.0`, `1.0.2`, `1.1`, `v1.2.0-alpha.3`, ...); otherwise 1.0 exactly when the
-    /// legacy component list is present, since 1.1 removed it.
-    pub fn from_vars(vars: &VarMap) -> Result<Self> {
-        let Some(raw) = vars.get(vars::KUBEBLOCKS_LINE).filter(|v| !v.trim().is_empty()) else {
-            return Ok(if vars.contains_key(vars::KB_CLUSTER_COMPONENT_LIST) { Self::V1_0 } else { Self::V1_1 });
-        };
-        let text = raw.trim().trim_start_matches('v');
-        let mut parts = text.split(['.', '-']);
-        let major = parts.next().and_then(|p| p.parse::<u32>().ok());
-        let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
-        match (major, minor) {
-            (Some(1), Some(0)) => Ok(Self::V1_0),
-            (Some(1), Some(m)) if m >= 1 => Ok(Self::V1_1),
-            _ => Err(Error::invalid(
-                vars::KUBEBLOCKS_LINE,
-                format!("unknown KubeBlocks line {raw:?}: expected 1.0 or 1.1 (or a version such as 1.0.2 or 1.2.0)"),
-            )),
-        }
-    }
-    /// Refuses (exit 2 naming `KUBEBLOCKS_LINE`) a `KUBEBLOCKS_LINE` that the environment of `action` contradicts.
-    /// Component `postProvision` and `preTerminate` get the legacy `KB_CLUSTER_COMPONENT_LIST` from KubeBlocks 1.0.x
-    /// only, so for them its presence tells the line for sure: an addon installed for the other line would register
-    /// shards wrongly (or drain them at the wrong time), and is stopped before anything is contacted. Unset, the
-    /// line is detected from that same variable, so nothing can contradict it.
-    pub fn check_environment(self, action: &str, vars: &VarMap) -> Result<()> {
-        if !matches!(action, "post-provision" | "pre-terminate") {
-            return Ok(());
-        }
-        if vars.get(vars::KUBEBLOCKS_LINE).is_none_or(|v| v.trim().is_empty()) {
-            return Ok(());
-        }
-        let legacy = vars.contains_key(vars::KB_CLUSTER_COMPONENT_LIST);
-        let (other, why) = match (self, legacy) {
-            (Self::V1_0, false) => (
-                Self::V1_1,
-                format!(
-                    "{} is not set, and KubeBlocks 1.0.x always sets it for {action}",
-                    vars::KB_CLUSTER_COMPONENT_LIST
-                ),
-            ),
-            (Self::V1_1, true) => {
-                (Self::V1_0, format!("{} is set, which only KubeBlocks 1.0.x does", vars::KB_CLUSTER_COMPONENT_LIST))
-            }
-            _ => return Ok(()),
-        };
-        Err(Error::invalid(
-            vars::KUBEBLOCKS_LINE,
-            format!(
-                "is {} but {why}: this KubeBlocks runs the {} line; install the addon with kubeblocksLine={}; \
-                 nothing was changed",
-                self.as_str(),
-                other.as_str(),
-                other.as_str()
-            ),
-        ))
-    }
-}
 
 macro_rules! builtin {
     ($($name:literal),* $(,)?) => {
@@ -118,15 +40,30 @@ builtin!(
     "common.tera",
 );
 
-thread_local! {
-    /// The variable a template function last rejected; Tera's error text alone does not say which.
-    static REJECTED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
+/// A template function's refusal of a variable. It travels inside Tera's error as its source, so that the render's
+/// caller can name the variable: Tera's own text says only which function failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{var}: {reason}")]
+struct Rejected {
+    var: String,
+    reason: String,
 }
 
 fn reject(var: &str, reason: impl Into<String>) -> tera::Error {
-    let reason = reason.into();
-    REJECTED.with(|r| *r.borrow_mut() = Some((var.to_owned(), reason.clone())));
-    tera::Error::msg(format!("{var}: {reason}"))
+    let rejected = Rejected { var: var.to_owned(), reason: reason.into() };
+    tera::Error::chain(rejected.to_string(), rejected)
+}
+
+/// The variable a failed render rejected, found in the error's chain of causes.
+fn rejected(err: &tera::Error) -> Option<Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(r) = cause.downcast_ref::<Rejected>() {
+            return Some(Error::invalid(r.var.clone(), r.reason.clone()));
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// Renders the event document for `action` on `line` from `vars`; `options` are the command-line options the
@@ -151,7 +88,6 @@ fn role_probe_event(vars: &VarMap, line: KbLine) -> Result<Value> {
         };
         f(&s, &args)
     };
-    REJECTED.with(|r| r.borrow_mut().take());
     let doc = (|| -> tera::Result<Value> {
         Ok(json!({
             "action": "role-probe",
@@ -168,9 +104,8 @@ fn role_probe_event(vars: &VarMap, line: KbLine) -> Result<Value> {
             )?,
         }))
     })();
-    doc.map_err(|e| match REJECTED.with(|r| r.borrow_mut().take()) {
-        Some((var, reason)) => Error::invalid(var, reason),
-        None => Error::invalid("template", format!("template role-probe.tera: {}", chain(&e))),
+    doc.map_err(|e| {
+        rejected(&e).unwrap_or_else(|| Error::invalid("template", format!("template role-probe.tera: {}", chain(&e))))
     })
 }
 
@@ -194,12 +129,9 @@ fn render_template(action: &str, line: KbLine, vars: &VarMap, options: &[&str], 
     tera.add_raw_templates(templates)
         .map_err(|e| Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))))?;
 
-    REJECTED.with(|r| r.borrow_mut().take());
-    let text =
-        tera.render(&name, &tera::Context::new()).map_err(|e| match REJECTED.with(|r| r.borrow_mut().take()) {
-            Some((var, reason)) => Error::invalid(var, reason),
-            None => Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))),
-        })?;
+    let text = tera.render(&name, &tera::Context::new()).map_err(|e| {
+        rejected(&e).unwrap_or_else(|| Error::invalid(template_var(dir), format!("template {name}: {}", chain(&e))))
+    })?;
     serde_json::from_str(&text)
         .map_err(|e| Error::invalid(template_var(dir), format!("template {name} did not render a JSON event: {e}")))
 }
@@ -567,77 +499,6 @@ fn fqdn_list(raw: &str) -> std::result::Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// A DNS-1123 label: lower-case alphanumerics and `-`, 1..=63, not starting or ending with `-`.
-pub fn check_label(label: &str) -> std::result::Result<(), String> {
-    let ok = !label.is_empty()
-        && label.len() <= 63
-        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !label.starts_with('-')
-        && !label.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{label:?} is not a DNS label"))
-    }
-}
-
-/// A pod FQDN: `<pod>.<service>.<namespace>.svc[.<domain>]`, every label DNS-1123, at most 253 characters.
-pub fn check_fqdn(fqdn: &str) -> std::result::Result<(), String> {
-    let fqdn = fqdn.trim_end_matches('.').to_ascii_lowercase();
-    if fqdn.len() > 253 {
-        return Err(format!("{fqdn:?} is longer than 253 characters"));
-    }
-    let labels: Vec<&str> = fqdn.split('.').collect();
-    if labels.len() < 4 || labels[3] != "svc" {
-        return Err(format!("{fqdn:?} is not a pod FQDN <pod>.<service>.<namespace>.svc[.<domain>]"));
-    }
-    for label in &labels {
-        check_label(label).map_err(|e| format!("{fqdn:?}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// `host:port` with a valid host ([`check_host`]) and a port in 1..=65535.
-pub fn check_host_port(raw: &str) -> std::result::Result<(), String> {
-    let (host, port) = raw.rsplit_once(':').ok_or_else(|| format!("{raw:?} is not host:port"))?;
-    check_host(host).map_err(|why| format!("{raw:?} has no valid host: {why}"))?;
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(()),
-        _ => Err(format!("{raw:?} has no valid port")),
-    }
-}
-
-/// A host a client can dial: a DNS name (labels of letters, digits and `-`, at most 253 characters), an IPv4
-/// address, or an IPv6 address in brackets. Anything else (`etcd:`, `user@host`, `a b`) would only fail later, when
-/// dialled, after other work was done.
-pub fn check_host(host: &str) -> std::result::Result<(), String> {
-    if let Some(inner) = host.strip_prefix('[') {
-        let inner = inner.strip_suffix(']').ok_or_else(|| format!("{host:?} opens a bracket it does not close"))?;
-        return inner.parse::<std::net::Ipv6Addr>().map(drop).map_err(|_| format!("{inner:?} is not an IPv6 address"));
-    }
-    if host.is_empty() {
-        return Err("the host is empty".into());
-    }
-    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return host.parse::<std::net::Ipv4Addr>().map(drop).map_err(|_| format!("{host:?} is not an IPv4 address"));
-    }
-    let name = host.strip_suffix('.').unwrap_or(host);
-    if name.len() > 253 {
-        return Err(format!("{host:?} is longer than 253 characters"));
-    }
-    for label in name.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-');
-        if !ok {
-            return Err(format!("{host:?} is not a host name: label {label:?}"));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,38 +540,6 @@ mod tests {
         assert!(err.contains("PIKA_PORT"), "{err}");
     }
 
-    #[test]
-    fn fqdn_checks_accept_pod_fqdns_and_reject_others() {
-        assert!(check_fqdn("c-pika-x7k-0.c-pika-x7k-headless.default.svc.cluster.local").is_ok());
-        assert!(check_fqdn("c-pika-x7k-0.c-pika-x7k-headless.default.svc").is_ok());
-        assert!(check_fqdn("127.0.0.1").is_err());
-        assert!(check_fqdn("Pod_0.svc.ns.svc").is_err());
-        assert!(check_fqdn("a..b.svc").is_err());
-    }
-
-    #[test]
-    fn host_port_needs_a_numeric_port() {
-        assert!(check_host_port("dash:18080").is_ok());
-        assert!(check_host_port("dash:port").is_err());
-        assert!(check_host_port("dash").is_err());
-        assert!(check_host_port("dash:0").is_err());
-    }
-
-    #[test]
-    fn hosts_are_names_or_addresses_and_nothing_else() {
-        for ok in ["etcd", "c1-etcd-0.c1-etcd-headless.prod.svc.cluster.local", "10.0.0.7", "[::1]", "[fd00::7]", "a."]
-        {
-            assert!(check_host(ok).is_ok(), "{ok}");
-        }
-        for bad in
-            ["", "etcd:", "user@etcd", "a b", "-a", "a-.b", "a..b", "300.1.1.1", "1.2.3", "[::1", "[etcd]", "a_b"]
-        {
-            assert!(check_host(bad).is_err(), "{bad}");
-        }
-        assert!(check_host_port("etcd::2379").is_err());
-        assert!(check_host_port("[::1]:2379").is_ok());
-    }
-
     fn render_shards(all: &str) -> Result<Value> {
         let vars: VarMap = [
             ("CLUSTER_NAME", "c1"),
@@ -745,17 +574,5 @@ mod tests {
             let err = render_shards(bad).unwrap_err();
             assert!(matches!(&err, Error::InvalidInput { var, .. } if var == "ALL_SHARDS_POD_FQDNS"), "{bad}: {err}");
         }
-    }
-
-    #[test]
-    fn kubeblocks_line_is_read_or_detected() {
-        let mut vars = VarMap::new();
-        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_1));
-        vars.insert(vars::KB_CLUSTER_COMPONENT_LIST.into(), "a,b".into());
-        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_0));
-        vars.insert(vars::KUBEBLOCKS_LINE.into(), "v1.2.0-alpha.3".into());
-        assert_eq!(KbLine::from_vars(&vars).ok(), Some(KbLine::V1_1));
-        vars.insert(vars::KUBEBLOCKS_LINE.into(), "0.9".into());
-        assert!(matches!(KbLine::from_vars(&vars), Err(Error::InvalidInput { var, .. }) if var == "KUBEBLOCKS_LINE"));
     }
 }

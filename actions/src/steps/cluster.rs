@@ -13,6 +13,7 @@ use crate::clients::etcd::{self, Etcd, LockGuard};
 use crate::clients::pika::{self, Pika, Replication};
 use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
+use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::{Common, Pod};
 
@@ -140,15 +141,15 @@ impl<'a> Session<'a> {
     }
 
     /// Where `server` really is (`PIKA_ADDRESS_OVERRIDES` applied).
-    pub fn dial(&self, server: &str) -> Result<(String, u16)> {
+    pub fn dial(&self, server: &str) -> Result<HostPort> {
         Ok(pika::dial_address(server, &self.common.pika.overrides)?)
     }
 
     /// A connection to the pika behind `server`.
     pub async fn pika(&self, server: &str) -> Result<Pika> {
-        let (host, port) = self.dial(server)?;
+        let at = self.dial(server)?;
         let timeout = self.ctx.budget.cap(CALL_TIMEOUT);
-        Ok(Pika::connect(&host, port, self.ctx.secrets.pika_password.as_deref(), timeout).await?)
+        Ok(Pika::connect(&at, self.ctx.secrets.pika_password.as_deref(), timeout).await?)
     }
 
     /// `INFO replication` of `server`.
@@ -160,14 +161,14 @@ impl<'a> Session<'a> {
     /// role). Nothing is sent when it already follows `master`: pika answers a repeated SLAVEOF with a full resync
     /// only when the spelling differs, but there is no reason to ask at all.
     pub async fn ensure_follows(&self, replica: &str, master: &str) -> Result<bool> {
-        let (host, port) = self.dial(master)?;
+        let master_at = self.dial(master)?;
         let conn = self.pika(replica).await?;
         let info = conn.info_replication().await?;
-        if info.follows(&host, port) {
+        if info.follows(&master_at) {
             return Ok(false);
         }
         tracing::info!(replica, master, "pointing replica at master");
-        conn.slaveof(&host, port).await?;
+        conn.slaveof(&master_at).await?;
         conn.config_rewrite().await?;
         Ok(true)
     }
@@ -187,10 +188,10 @@ impl<'a> Session<'a> {
 
     /// Waits until `replica` follows `master` with its link up; the budget running out ends the run with exit 75.
     pub async fn wait_link_up(&self, replica: &str, master: &str) -> Result<()> {
-        let (host, port) = self.dial(master)?;
+        let master_at = self.dial(master)?;
         loop {
             match self.replication(replica).await {
-                Ok(info) if info.follows(&host, port) && info.link_up => return Ok(()),
+                Ok(info) if info.follows(&master_at) && info.link_up => return Ok(()),
                 Ok(_) => {}
                 Err(e) => tracing::debug!(replica, error = %e, "replica not answering yet"),
             }

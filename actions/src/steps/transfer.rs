@@ -35,6 +35,7 @@ use crate::clients::etcd::{Entry, LockGuard};
 use crate::clients::pika::{self, Pika, Replication};
 use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
+use crate::input::address::HostPort;
 use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
 use crate::steps::cluster::{Session, CALL_TIMEOUT, POLL};
 
@@ -80,8 +81,8 @@ pub enum MemberStep {
 
 /// Decides [`MemberStep`] for a member whose `INFO replication` reads `info`.
 #[must_use]
-pub fn member_step(info: &Replication, master_host: &str, master_port: u16) -> MemberStep {
-    if info.follows(master_host, master_port) {
+pub fn member_step(info: &Replication, master: &HostPort) -> MemberStep {
+    if info.follows(master) {
         MemberStep::Follows
     } else if info.connected_slaves > 0 {
         MemberStep::WaitForReplicas(info.connected_slaves)
@@ -113,7 +114,7 @@ pub async fn survey_within(
         tasks.spawn(async move {
             let info = match dial {
                 Err(e) => Err(e),
-                Ok((host, port)) => match Pika::connect(&host, port, password.as_deref(), timeout).await {
+                Ok(at) => match Pika::connect(&at, password.as_deref(), timeout).await {
                     Ok(conn) => conn.info_replication().await.map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 },
@@ -145,7 +146,7 @@ pub async fn survey_within(
 pub fn member_facts(
     group: &Group,
     from: &str,
-    master_dial: (&str, u16),
+    master_dial: &HostPort,
     infos: &BTreeMap<String, Result<Replication, String>>,
 ) -> (MemberFacts, Vec<MemberFacts>) {
     member_facts_with(group, from, master_dial, infos, true)
@@ -158,7 +159,7 @@ pub fn member_facts(
 pub fn member_facts_with(
     group: &Group,
     from: &str,
-    master_dial: (&str, u16),
+    master_dial: &HostPort,
     infos: &BTreeMap<String, Result<Replication, String>>,
     held_data: bool,
 ) -> (MemberFacts, Vec<MemberFacts>) {
@@ -178,7 +179,7 @@ pub fn member_facts_with(
             ordinal: ServerAddr::of(srv).ordinal().unwrap_or(0),
             reachable: info.is_some(),
             role_slave: info.is_some_and(|i| i.role.is_slave()),
-            follows_current: info.is_some_and(|i| i.follows(master_dial.0, master_dial.1)),
+            follows_current: info.is_some_and(|i| i.follows(master_dial)),
             link_up: info.is_some_and(|i| i.link_up || master_down),
             eligible: if never_synced { Some(false) } else { info.and_then(|i| i.eligible) },
             lag: match (reference, info.and_then(|i| i.offset)) {
@@ -339,10 +340,10 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         } else {
             survey(s, &servers).await
         };
-        let (mh, mp) = s.dial(&master)?;
+        let master_at = s.dial(&master)?;
         let held_data =
             if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
-        let (current, members) = member_facts_with(group, &master, (&mh, mp), &infos, held_data);
+        let (current, members) = member_facts_with(group, &master, &master_at, &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
         let fenced = fence.as_ref().map(|e| ServerAddr::of(&e.value).pod().to_owned());
@@ -609,7 +610,7 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         }
         let master = group.master().ok_or_else(|| Error::Refused(format!("group {gid} has no servers")))?.to_owned();
         s.ensure_master(&master).await?;
-        let (host, port) = s.dial(&master)?;
+        let master_at = s.dial(&master)?;
         let others: Vec<String> = group.servers.iter().skip(1).map(|gs| gs.server.clone()).collect();
         let infos = survey(s, &others).await;
         let mut waiting = Vec::new();
@@ -627,10 +628,10 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
                     continue;
                 }
             };
-            match member_step(info, &host, port) {
+            match member_step(info, &master_at) {
                 MemberStep::Follows => {}
                 MemberStep::WaitForReplicas(n) => waiting.push((server.clone(), format!("{n} replica(s)"))),
-                MemberStep::Repoint => match repoint(s, server, &host, port).await {
+                MemberStep::Repoint => match repoint(s, server, &master_at).await {
                     Ok(()) => {
                         tracing::info!(server, master = %master, "pointed member at the master");
                         repointed.push(server.clone());
@@ -672,11 +673,10 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
 }
 
 /// SLAVEOF then CONFIG REWRITE, so that a restart keeps the role: SLAVEOF alone changes only pika's memory.
-async fn repoint(s: &Session<'_>, server: &str, host: &str, port: u16) -> Result<(), pika::Error> {
-    let (h, p) =
-        s.dial(server).map_err(|e| pika::Error::Address { address: server.to_owned(), reason: e.one_line() })?;
-    let conn = Pika::connect(&h, p, s.ctx.secrets.pika_password.as_deref(), s.ctx.budget.cap(CALL_TIMEOUT)).await?;
-    conn.slaveof(host, port).await?;
+async fn repoint(s: &Session<'_>, server: &str, master: &HostPort) -> Result<(), pika::Error> {
+    let at = pika::dial_address(server, &s.common.pika.overrides)?;
+    let conn = Pika::connect(&at, s.ctx.secrets.pika_password.as_deref(), s.ctx.budget.cap(CALL_TIMEOUT)).await?;
+    conn.slaveof(master).await?;
     conn.config_rewrite().await
 }
 
@@ -700,14 +700,14 @@ pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Durati
     }
     let servers: Vec<String> = group.servers.iter().map(|gs| gs.server.clone()).collect();
     let infos = survey_within(s, &servers, timeout).await;
-    let (host, port) = s.dial(master)?;
+    let master_at = s.dial(master)?;
     if let Some(Ok(info)) = infos.get(master) {
         if info.role.is_slave() {
             return Ok(false);
         }
     }
     Ok(servers.iter().skip(1).all(|srv| match infos.get(srv) {
-        Some(Ok(info)) => member_step(info, &host, port) == MemberStep::Follows,
+        Some(Ok(info)) => member_step(info, &master_at) == MemberStep::Follows,
         _ => true,
     }))
 }
@@ -719,6 +719,10 @@ mod tests {
     use crate::clients::pika::parse_replication;
 
     const NEW: &str = "c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc.cluster.local";
+
+    fn at(host: &str, port: u16) -> HostPort {
+        HostPort::new(host.to_owned(), port)
+    }
 
     /// pika's layout of `INFO replication`, CRLF as sent.
     fn pika(text: &str) -> Replication {
@@ -734,10 +738,10 @@ mod tests {
              slave1:ip=10.244.2.9,port=9221,conn_fd=91,lag=(db0:0)\n\
              is_eligible_for_master_election:true\ndb0:binlog_offset=3 52428800,safety_purge=none\n",
         );
-        assert_eq!(member_step(&old, NEW, 9221), MemberStep::WaitForReplicas(2));
+        assert_eq!(member_step(&old, &at(NEW, 9221)), MemberStep::WaitForReplicas(2));
         // Its replicas were re-pointed: pika clears the master bit with the last one, SLAVEOF is now accepted.
         let alone = pika("# Replication(MASTER)\nrole:master\nReplicationID:4f0c1ab9\nconnected_slaves:0\n");
-        assert_eq!(member_step(&alone, NEW, 9221), MemberStep::Repoint);
+        assert_eq!(member_step(&alone, &at(NEW, 9221)), MemberStep::Repoint);
     }
 
     #[test]
@@ -746,13 +750,13 @@ mod tests {
             "# Replication(Master && SLAVE)\nrole:master&&slave\nmaster_host:old-master\nmaster_port:9221\n\
              master_link_status:up\nconnected_slaves:1\nslave0:ip=10.0.0.9,port=9221,conn_fd=7,lag=(db0:0)\n",
         );
-        assert_eq!(member_step(&chained, NEW, 9221), MemberStep::WaitForReplicas(1));
+        assert_eq!(member_step(&chained, &at(NEW, 9221)), MemberStep::WaitForReplicas(1));
         // Following the new master already, chained or not, is done.
         let follows = pika(&format!(
             "# Replication(Master && SLAVE)\nrole:master&&slave\nmaster_host:{NEW}\nmaster_port:9221\n\
              master_link_status:up\nconnected_slaves:1\n"
         ));
-        assert_eq!(member_step(&follows, NEW, 9221), MemberStep::Follows);
+        assert_eq!(member_step(&follows, &at(NEW, 9221)), MemberStep::Follows);
     }
 
     #[test]
@@ -761,13 +765,13 @@ mod tests {
             "# Replication(SLAVE)\nrole:slave\nmaster_host:old-master\nmaster_port:9221\nmaster_link_status:up\n\
              repl_connect_status:\ndb0:connected\n",
         );
-        assert_eq!(member_step(&of_old, NEW, 9221), MemberStep::Repoint);
+        assert_eq!(member_step(&of_old, &at(NEW, 9221)), MemberStep::Repoint);
         let syncing = pika(&format!(
             "# Replication(SLAVE)\nrole:slave\nmaster_host:{NEW}\nmaster_port:9221\nmaster_link_status:down\n\
              repl_connect_status:\ndb0:syncing_full\n"
         ));
-        assert_eq!(member_step(&syncing, &NEW.to_ascii_uppercase(), 9221), MemberStep::Follows);
-        assert_eq!(member_step(&syncing, NEW, 9222), MemberStep::Repoint);
+        assert_eq!(member_step(&syncing, &at(&NEW.to_ascii_uppercase(), 9221)), MemberStep::Follows);
+        assert_eq!(member_step(&syncing, &at(NEW, 9222)), MemberStep::Repoint);
     }
 
     fn server(ordinal: u32) -> String {
@@ -796,7 +800,7 @@ mod tests {
             (server(1), slave(90, "up")),
             (server(2), slave(100, "up")),
         ]);
-        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
         assert_eq!((current.pod.as_str(), current.ordinal), ("c1-pika-x7k-0", 0));
         assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(10), Some(0)]);
         assert!(members.iter().all(|m| m.unfit_reason().is_none()));
@@ -805,7 +809,7 @@ mod tests {
         infos.insert(server(0), Err("connection refused".into()));
         infos.insert(server(1), slave(90, "down"));
         infos.insert(server(2), slave(95, "down"));
-        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
         assert!(!current.reachable);
         assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(5), Some(0)]);
         let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
@@ -827,11 +831,11 @@ mod tests {
             (server(2), replica(1, "-1")),
         ]);
         // Never linked since it started (a restart on an empty volume): unfit whatever its offset says.
-        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, false);
+        let (_, members) = member_facts_with(&g, &server(0), &at("127.0.0.1", 7000), &infos, false);
         assert_eq!(members[1].unfit_reason(), Some("not eligible for master election"));
         // Offset 0 is fine for a group that never held data, and unfit for one that did.
         assert_eq!(members[0].unfit_reason(), None);
-        let (_, members) = member_facts_with(&g, &server(0), ("127.0.0.1", 7000), &infos, true);
+        let (_, members) = member_facts_with(&g, &server(0), &at("127.0.0.1", 7000), &infos, true);
         assert_eq!(members[0].unfit_reason(), Some("not eligible for master election"));
     }
 
@@ -844,7 +848,7 @@ mod tests {
             (server(1), slave.clone()),
             (server(2), slave),
         ]);
-        let (current, members) = member_facts(&g, &server(0), ("127.0.0.1", 7000), &infos);
+        let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
         // The rule would pick ordinal 2; an earlier run fenced ordinal 1, so ordinal 1 it is.
         assert_eq!(decide(&current, &members, None, None, None).unwrap().pod, "c1-pika-x7k-2");
         assert_eq!(decide(&current, &members, None, Some("c1-pika-x7k-1"), None).unwrap().pod, "c1-pika-x7k-1");

@@ -741,7 +741,7 @@ pub fn held_data(fb: &FailoverBed, gid: u32) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let Ok(etcd) =
-            pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
+            crate::support::connect_etcd(&fb.bed.cluster.etcd.endpoint()).await
         else {
             return false;
         };

@@ -10,7 +10,6 @@ use crate::summary;
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use support::{describe, run, run_to_completion, Bed, NAMESPACE};
 use testbed::{Ledger, ProxyDouble, Workload, WorkloadOptions};
@@ -39,9 +38,7 @@ fn with_etcd<T, F: std::future::Future<Output = T>>(
 ) -> T {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .expect("etcd");
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
         f(etcd, pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
     })
 }

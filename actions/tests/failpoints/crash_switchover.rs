@@ -11,8 +11,6 @@ use crate::rollout;
 use crate::summary;
 use crate::support;
 
-use std::time::Duration;
-
 use rollout::{assert_one_master, bed_with_master, codis_master, pika_masters, promotes, switchover_env};
 use summary::Category;
 use support::{describe, run, run_to_completion, Bed};
@@ -27,9 +25,7 @@ fn fence(bed: &Bed) -> Option<String> {
     let key = pika_action::steps::transfer::fence_key(&prefix, bed.gid(0).unwrap());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .unwrap();
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.unwrap();
         etcd.get(&key).await.unwrap().map(|e| e.value)
     })
 }

@@ -111,7 +111,7 @@ fn etcd_keys(kb: &KubeBlocks) -> Vec<String> {
     let (ns, name) = kb.view(|w| w.cluster.as_ref().map(|c| (c.namespace.clone(), c.name.clone()))).expect("cluster");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[endpoint], Duration::from_secs(5)).await.expect("etcd");
+        let etcd = crate::support::connect_etcd(&endpoint).await.expect("etcd");
         let prefix = pika_action::clients::etcd::cluster_prefix(&ns, &name);
         etcd.list(&prefix).await.expect("list").into_iter().map(|(k, _)| k).collect()
     })
@@ -166,8 +166,7 @@ fn delete(kb: &KubeBlocks) {
         let endpoint = kb.etcd_endpoint().expect("etcd");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let keys: Vec<String> = rt.block_on(async {
-            let etcd =
-                pika_action::clients::etcd::Etcd::connect(&[endpoint], Duration::from_secs(5)).await.expect("etcd");
+            let etcd = crate::support::connect_etcd(&endpoint).await.expect("etcd");
             etcd.list("/").await.map(|v| v.into_iter().map(|(k, _)| k).collect()).unwrap_or_default()
         });
         let locks: Vec<&String> = keys.iter().filter(|k| k.contains("/locks/")).collect();

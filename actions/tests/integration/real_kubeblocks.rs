@@ -38,9 +38,7 @@ fn creates(bed: &Bed) -> usize {
 fn etcd_entries(bed: &Bed) -> BTreeMap<String, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .expect("etcd");
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
         let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name);
         etcd.list(&prefix).await.expect("list").into_iter().map(|(k, e)| (k, e.value)).collect()
     })

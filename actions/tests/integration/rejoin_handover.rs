@@ -11,8 +11,6 @@
 use crate::failover_bed;
 use crate::support;
 
-use std::time::Duration;
-
 use failover_bed::{expect_ok, kill9, lag_now, sampling, EventsApi, FailoverBed, Options, PATIENCE};
 use support::{describe, eventually};
 use testbed::Ledger;
@@ -200,9 +198,7 @@ fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watcher
 fn mark(fb: &FailoverBed, gid: u32) -> Option<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .ok()?;
+        let etcd = crate::support::connect_etcd(&fb.bed.cluster.etcd.endpoint()).await.ok()?;
         let prefix = pika_action::clients::etcd::cluster_prefix(failover_bed::namespace(), &fb.bed.cluster.name);
         etcd.get(&pika_action::steps::failover::held_data_key(&prefix, gid)).await.ok()?.map(|e| e.value)
     })
@@ -253,7 +249,7 @@ fn held_data(fb: &FailoverBed, gid: u32) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let Ok(etcd) =
-            pika_action::clients::etcd::Etcd::connect(&[fb.bed.cluster.etcd.endpoint()], Duration::from_secs(5)).await
+            crate::support::connect_etcd(&fb.bed.cluster.etcd.endpoint()).await
         else {
             return false;
         };

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pika_action::error::Error;
+use pika_action::input::address::HostPort;
 use pika_action::input::context::Context;
 use pika_action::input::event::Event;
 use pika_action::input::vars::{self, VarMap};
@@ -263,9 +264,10 @@ fn no_info_reply_makes_the_master_choice_or_the_convergence_step_panic() {
             })
             .collect();
         for info in infos.values().flatten() {
-            let _ = member_step(info, "127.0.0.1", 7000);
+            let _ = member_step(info, &HostPort::new("127.0.0.1".to_owned(), 7000));
         }
-        let (current, members) = member_facts(&group, &server(from), ("127.0.0.1", 7000), &infos);
+        let (current, members) =
+            member_facts(&group, &server(from), &HostPort::new("127.0.0.1".to_owned(), 7000), &infos);
         let candidate = candidate.map(|c| format!("c1-pika-x7k-{c}"));
         if let Ok(choice) = pika_action::plan::choose_new_master(&current, &members, candidate.as_deref(), None) {
             prop_assert_ne!(&choice.pod, &current.pod, "the master was chosen to replace itself");
@@ -306,7 +308,8 @@ fn rejoin_edits_any_config_file_idempotently_leaving_one_replication_line() {
     let mut runner = TestRunner::new(Config { cases: 512, failure_persistence: None, ..Config::default() });
     let result = runner.run(&strategy, |(lines, master)| {
         let text = lines.join("\n");
-        let master = master.as_ref().map(|(h, p)| (h.as_str(), *p));
+        let master = master.as_ref().map(|(h, p)| HostPort::new(h.clone(), *p));
+        let master = master.as_ref();
         let once = with_replication(&text, master);
         prop_assert_eq!(&with_replication(&once, master), &once, "not idempotent");
         let replication: Vec<&str> = once
@@ -318,7 +321,8 @@ fn rejoin_edits_any_config_file_idempotently_leaving_one_replication_line() {
             })
             .collect();
         prop_assert!(replication.len() <= 1, "several replication lines: {replication:?}");
-        if let Some((host, port)) = master {
+        if let Some(master) = master {
+            let (host, port) = (master.host(), master.port());
             let wanted =
                 replication.len() == 1 && replication[0].contains(host) && replication[0].contains(&port.to_string());
             prop_assert!(wanted, "the replication line does not name {}:{}: {:?}", host, port, replication);

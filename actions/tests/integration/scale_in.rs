@@ -42,9 +42,7 @@ fn stderr(out: &std::process::Output) -> String {
 fn etcd_keys(bed: &Bed) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .expect("etcd");
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
         let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name);
         etcd.list(&prefix).await.expect("list").into_iter().map(|(k, _)| k).collect()
     })

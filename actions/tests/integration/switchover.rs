@@ -38,9 +38,7 @@ fn fence_key(bed: &Bed) -> String {
 fn fence(bed: &Bed, write: Option<&str>) -> Option<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .unwrap();
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.unwrap();
         if let Some(value) = write {
             etcd.put(&fence_key(bed), value, Some(Duration::from_secs(30))).await.unwrap();
         }

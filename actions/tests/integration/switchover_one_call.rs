@@ -30,9 +30,7 @@ fn with_etcd<T, F: std::future::Future<Output = T>>(
 ) -> T {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .unwrap();
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.unwrap();
         f(etcd, pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
     })
 }
@@ -58,9 +56,7 @@ fn a_topology_lock_held_elsewhere_is_exit_1_with_nothing_changed() {
     let bed = bed_with_master(3, 0);
     let key = with_etcd(&bed, |_, prefix| async move { format!("{prefix}/locks/topology") });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let etcd = rt
-        .block_on(pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5)))
-        .unwrap();
+    let etcd = rt.block_on(crate::support::connect_etcd(&bed.cluster.etcd.endpoint())).unwrap();
     let mut held =
         rt.block_on(etcd.lock(&key, Duration::from_secs(60), Duration::from_secs(5), "a drain (test)")).expect("lock");
     for ordinal in [0, 2] {

@@ -225,10 +225,7 @@ impl HeldLock {
     pub fn take(bed: &Bed) -> Self {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let guard = runtime.block_on(async {
-            let etcd =
-                pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-                    .await
-                    .expect("etcd");
+            let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
             let key =
                 format!("{}/locks/topology", pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
             etcd.lock(&key, Duration::from_secs(15), Duration::from_secs(5), "the test").await.expect("lock")
@@ -249,9 +246,7 @@ impl Drop for HeldLock {
 pub fn recorded_leavers(bed: &Bed) -> Vec<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let etcd = pika_action::clients::etcd::Etcd::connect(&[bed.cluster.etcd.endpoint()], Duration::from_secs(5))
-            .await
-            .expect("etcd");
+        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
         let dir = format!("{}/leaving/", pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name));
         etcd.list(&dir).await.expect("list").into_iter().map(|(_, e)| e.value).collect()
     })

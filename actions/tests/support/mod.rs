@@ -9,6 +9,15 @@ pub use testbed::cluster::{
     eventually, minimum_moves, moved, Bed, ClusterFixture, PodFixture, ShardFixture, NAMESPACE, PIKA_PORT,
 };
 
+/// A client of the test bed's etcd at `endpoint` (`host:port`), connected as the actions connect.
+pub async fn connect_etcd(
+    endpoint: &str,
+) -> Result<pika_action::clients::etcd::Etcd, pika_action::clients::etcd::Error> {
+    let endpoints =
+        pika_action::input::address::Endpoints::parse(endpoint).expect("the test etcd's endpoint is host:port");
+    pika_action::clients::etcd::Etcd::connect(&endpoints, std::time::Duration::from_secs(5)).await
+}
+
 /// Runs `pika-action <action>` the way kbagent does: no shell, working directory `/`, exactly `env` plus PATH.
 pub fn run(action: &str, env: &BTreeMap<String, String>) -> Output {
     run_args(&[action], env)
