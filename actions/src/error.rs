@@ -42,9 +42,48 @@ pub enum Error {
     /// The Kubernetes API failed a request that the action needed.
     #[error(transparent)]
     Kube(#[from] crate::clients::kube::Error),
-    /// The cluster is in a state the action will not act on (refusals, disagreements, stalls).
-    #[error("{0}")]
-    Refused(String),
+    /// A shard could not be registered.
+    #[error(transparent)]
+    Register(#[from] crate::steps::register::Refusal),
+    /// Slots stopped moving.
+    #[error(transparent)]
+    Rebalance(#[from] crate::steps::rebalance::Refusal),
+    /// A drain will not start.
+    #[error(transparent)]
+    Drain(#[from] crate::steps::drain::Refusal),
+    /// A drain could not check what it must, or was overtaken.
+    #[error(transparent)]
+    DrainStopped(#[from] crate::steps::drain::Stopped),
+    /// Mastership was not moved.
+    #[error(transparent)]
+    Transfer(#[from] crate::steps::transfer::Refusal),
+    /// etcd was needed and did not answer.
+    #[error(transparent)]
+    EtcdNeeded(#[from] crate::steps::cluster::EtcdNeeded),
+    /// `post-provision` will not move slots it does not own.
+    #[error(transparent)]
+    PostProvision(#[from] crate::actions::post_provision::Refusal),
+    /// `member-leave` will not remove the member.
+    #[error(transparent)]
+    MemberLeave(#[from] crate::actions::member_leave::Refusal),
+    /// `switchover` did not finish in its one call.
+    #[error(transparent)]
+    Switchover(#[from] crate::actions::switchover::Unfinished),
+    /// `rejoin` does not start the pod.
+    #[error(transparent)]
+    Rejoin(#[from] crate::actions::rejoin::Refusal),
+    /// `topology` found Codis and the pikas disagreeing.
+    #[error(transparent)]
+    Topology(#[from] crate::actions::topology::Disagreement),
+    /// The failover watcher lost its election mid-work.
+    #[error(transparent)]
+    LeaseGone(#[from] crate::actions::watcher::LeaseGone),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The event could not be printed.
+    #[error("cannot print the event")]
+    Print(#[from] serde_json::Error),
 }
 
 impl Error {

@@ -38,7 +38,7 @@ pub fn run(cli: Cli) -> Result<String> {
     match cli.command {
         Command::Render { action } => {
             let ctx = Context::prepare(&action)?;
-            serde_json::to_string_pretty(&ctx.event).map_err(|e| Error::Refused(format!("cannot print event: {e}")))
+            Ok(serde_json::to_string_pretty(&ctx.event)?)
         }
         Command::Action(action) => {
             let ctx = Context::prepare(&action)?;
@@ -52,10 +52,7 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
     if let Event::RoleProbe(event) = &ctx.event {
         return role_probe::run(ctx, event);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Refused(format!("cannot start the async runtime: {e}")))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
     runtime.block_on(async {
         match &ctx.event {
             Event::PostProvision(event) => post_provision::run(ctx, event).await,

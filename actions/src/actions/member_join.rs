@@ -8,8 +8,8 @@ use crate::steps::register;
 
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::MemberJoin) -> Result<String> {
-    let crate::input::event::MemberJoin { shard, member, .. } = event;
-    let s = Session::open(ctx).await?;
+    let crate::input::event::MemberJoin { common, shard, member, .. } = event;
+    let s = Session::open(ctx, common).await?;
     let reg = s
         .under_topology_lock(async |_| {
             // A registered shard takes just the new pod; one that never was (its post-provision has not run) is

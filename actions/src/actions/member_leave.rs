@@ -14,10 +14,28 @@ use crate::input::context::Context;
 use crate::steps::cluster::{release, Session};
 use crate::steps::transfer::{self, Transfer};
 
+/// Why a member was not removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Removing the group's last server would leave its slots with no server.
+    #[error(
+        "{server} is the last server of group {gid}, which owns {owned} slot(s): a master is never deleted while \
+         its group serves slots; remove the shard (drain it) instead"
+    )]
+    LastServerWithSlots {
+        /// The leaving server.
+        server: String,
+        /// Its group.
+        gid: u32,
+        /// The slots the group owns.
+        owned: usize,
+    },
+}
+
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::MemberLeave) -> Result<String> {
-    let crate::input::event::MemberLeave { member, .. } = event;
-    let s = Session::open(ctx).await?;
+    let crate::input::event::MemberLeave { common, member, .. } = event;
+    let s = Session::open(ctx, common).await?;
     let server = s.server(&member.fqdn);
     if s.stats().await?.group_of_server(&server).is_none() {
         return Ok(format!("{server} is in no codis group; nothing to do"));
@@ -51,10 +69,7 @@ async fn leave(s: &Session<'_>, lock: &crate::clients::etcd::LockGuard, server: 
         if is_master {
             let owned = owned_slots(&stats, gid);
             if owned > 0 {
-                return Err(Error::Refused(format!(
-                    "{server} is the last server of group {gid}, which owns {owned} slot(s): a master is never \
-                     deleted while its group serves slots; remove the shard (drain it) instead"
-                )));
+                return Err(Refusal::LastServerWithSlots { server: server.to_owned(), gid, owned }.into());
             }
         }
         if !is_master {

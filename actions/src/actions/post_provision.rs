@@ -30,6 +30,17 @@ use crate::steps::register;
 /// Longest the Cluster object may take to read; past that its shard count is not known.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Why slots were not balanced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Groups hold slots that no shard of this cluster owns: moving them is not this action's call.
+    #[error("codis groups {gids:?} hold slots but serve no shard of this cluster; refusing to move their slots")]
+    ForeignGroups {
+        /// The groups.
+        gids: Vec<u32>,
+    },
+}
+
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::PostProvision) -> Result<String> {
     let crate::input::event::PostProvision { common, shard, shards, legacy, own_shard, kube_api } = event;
@@ -37,7 +48,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::PostProvision) -> R
         (Some(_), false) => desired_shards(ctx, common, &shard.name, kube_api.as_deref()).await,
         _ => None,
     };
-    let s = Session::open(ctx).await?;
+    let s = Session::open(ctx, common).await?;
     match legacy {
         _ if *own_shard => provision_own(&s, shard).await,
         None => provision_all(&s, shards).await,
@@ -239,9 +250,7 @@ async fn finish(
         .into_iter()
         .collect();
     if !strangers.is_empty() {
-        return Err(Error::Refused(format!(
-            "codis groups {strangers:?} hold slots but serve no shard of this cluster; refusing to move their slots"
-        )));
+        return Err(Refusal::ForeignGroups { gids: strangers }.into());
     }
     let outcome =
         rebalance::converge(s, "rebalance", |stats, leaving| Ok(aim_of(stats, leaving)), Handoff::Wait).await?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::clients::codis::Stats;
 use crate::clients::kube::Kube;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::input::context::Context;
 use crate::input::event::{Common, Shard};
 use crate::steps::cluster::{self, Session};
@@ -34,7 +34,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::PreTerminate) -> Re
             match drain::legacy_decision(&common.cluster.name, &shard.name, shards, &legacy.deleting, *scaling_in) {
                 LegacyDecision::Nothing(why) => Ok(why),
                 LegacyDecision::Drain { remaining } => {
-                    let s = Session::open(ctx).await?;
+                    let s = Session::open(ctx, common).await?;
                     drain::remove_shard(&s, &shard.name, &remaining).await
                 }
             }
@@ -194,7 +194,7 @@ async fn safety_net(
         }
     };
     let remaining = drain::remaining_after(&shard.name, shards);
-    let s = Session::open_without_etcd_if_down(ctx).await?;
+    let s = Session::open_without_etcd_if_down(ctx, common).await?;
     let stats = s.stats().await?;
     let reserved = match &s.etcd {
         Some(etcd) => cluster::reservations(etcd, &s.prefix()).await?,
@@ -214,18 +214,7 @@ async fn safety_net(
         }
         SafetyNet::Drain => {
             // A drain needs etcd (its lock and records): missing or down, it fails here, before anything changed.
-            if s.etcd.is_none() {
-                if common.etcd.is_empty() {
-                    return Err(Error::invalid(
-                        crate::input::vars::ETCD_ENDPOINTS,
-                        format!("is not set, and {} must be drained; nothing was changed", shard.name),
-                    ));
-                }
-                return Err(Error::Refused(format!(
-                    "etcd at {} is not answering, and {} must be drained; nothing was changed",
-                    common.etcd, shard.name
-                )));
-            }
+            let s = s.with_etcd(s.etcd_for(&format!("{} must be drained", shard.name)).await?);
             drain::remove_shard(&s, &shard.name, &remaining).await
         }
     }

@@ -28,11 +28,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::clients::codis::{Group, Stats};
-use crate::clients::etcd::Etcd;
 use crate::clients::kube::ObjectRef;
 use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
+use crate::input::event::Common;
 use crate::steps::cluster::{Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
 use crate::steps::transfer::{self, Transfer};
@@ -69,9 +69,83 @@ pub fn decide(live_replica: bool, promoting: bool, has_data: bool, never_held: O
     }
 }
 
+/// Why this pod does not start. pika stays down and KubeBlocks restarts the container, which asks again.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Codis's master on an empty volume, and no replica with the data is live: starting would serve the group empty.
+    #[error(
+        "refusing to start {pod}: it is codis group {gid}'s master, its volume is empty ({} has no data), the group \
+         held data (or etcd cannot say it did not) and no replica with data is live ({}); starting it would serve \
+         group {gid} empty. Bring back a replica that has the data (this pod then hands over to it), or restore a \
+         backup",
+        .data_dir.display(),
+        if .unfit.is_empty() { "the group has no other member".to_owned() } else { .unfit.join("; ") }
+    )]
+    EmptyMaster {
+        /// This pod.
+        pod: String,
+        /// Its group.
+        gid: u32,
+        /// pika's data directory.
+        data_dir: PathBuf,
+        /// `<pod>: <why it cannot take over>` for each other member.
+        unfit: Vec<String>,
+    },
+    /// Codis could not be asked and the config would start a master.
+    #[error(
+        "{why}; {} makes this pika a master, which could be a second master of its group: not starting until codis \
+         answers",
+        .config.display()
+    )]
+    WouldStartAsMaster {
+        /// Why Codis could not be asked.
+        why: String,
+        /// pika's config file.
+        config: PathBuf,
+    },
+    /// Members still follow this empty pod and could not be re-pointed.
+    #[error(
+        "group {gid}'s members {followers:?} still follow this pod, whose volume is empty, and could not be \
+         re-pointed at codis's master; not starting, or they would resync from an empty pika"
+    )]
+    FollowersLeft {
+        /// The group.
+        gid: u32,
+        /// The members still following.
+        followers: Vec<String>,
+        /// Why they could not be re-pointed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// The handover ended with this pod still Codis's master.
+    #[error("codis still lists {server} as group {gid}'s master; not starting")]
+    StillMaster {
+        /// This pod's server.
+        server: String,
+        /// Its group.
+        gid: u32,
+    },
+    /// The data directory cannot be read, so whether this volume has data is unknown.
+    #[error("cannot read pika's data directory {} ({source}): cannot tell whether this volume has data", .dir.display())]
+    DataDirUnreadable {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// pika's config could not be rewritten.
+    #[error("cannot write {} ({source})", .path.display())]
+    ConfigUnwritable {
+        /// The config file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<String> {
-    let crate::input::event::Rejoin { shard, pod, config_file, data_dir, kube_api, .. } = event;
+    let crate::input::event::Rejoin { common, shard, pod, config_file, data_dir, kube_api } = event;
     let me =
         shard.pods.iter().find(|p| p.name() == pod).ok_or_else(|| {
             Error::invalid(crate::input::vars::POD_NAME, format!("{pod} is not a pod of {}", shard.name))
@@ -79,7 +153,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
     let config = Path::new(config_file);
     let data = data_dir.as_ref().map_or_else(|| data_dir_of(config), PathBuf::from);
 
-    let s = match open_session(ctx).await {
+    let s = match open_session(ctx, common).await {
         Ok(s) => s,
         Err(e @ Error::InvalidInput { .. }) => return Err(e),
         Err(e) => return fail_closed(config, &format!("codis unreachable ({})", e.one_line())),
@@ -137,13 +211,8 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
             &format!("{server} is group {gid}'s master on an empty volume; the group never held a key ({why})"),
         ),
         AsMaster::Refuse => {
-            let message = format!(
-                "refusing to start {pod}: it is codis group {gid}'s master, its volume is empty ({} has no data), \
-                 the group held data (or etcd cannot say it did not) and no replica with data is live ({}); starting it would serve group {gid} \
-                 empty. Bring back a replica that has the data (this pod then hands over to it), or restore a backup",
-                data.display(),
-                if unfit.is_empty() { "the group has no other member".to_owned() } else { unfit.join("; ") }
-            );
+            let refusal = Refusal::EmptyMaster { pod: pod.clone(), gid, data_dir: data.clone(), unfit };
+            let message = refusal.to_string();
             tracing::error!(gid, pod = %pod, "{message}");
             failover::announce(
                 kube_api.as_deref(),
@@ -154,15 +223,15 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
                 true,
             )
             .await;
-            Err(Error::Refused(message))
+            Err(refusal.into())
         }
     }
 }
 
 /// The session, retried within the budget while the dashboard cannot be reached; etcd is joined when it answers.
-async fn open_session(ctx: &Context) -> Result<Session<'_>> {
+async fn open_session<'a>(ctx: &'a Context, common: &'a Common) -> Result<Session<'a>> {
     loop {
-        match Session::open_without_etcd_if_down(ctx).await {
+        match Session::open_without_etcd_if_down(ctx, common).await {
             Ok(s) => return Ok(s),
             // A configuration error (the dashboard serves another product) does not fix itself: say so now.
             Err(e @ Error::InvalidInput { .. }) => return Err(e),
@@ -201,11 +270,7 @@ fn fail_closed(config: &Path, why: &str) -> Result<String> {
     })?;
     match persisted_master(&text) {
         Some(master) => Ok(format!("{why}; starting as the replica of {master} that {} names", config.display())),
-        None => Err(Error::Refused(format!(
-            "{why}; {} makes this pika a master, which could be a second master of its group: not starting until \
-             codis answers",
-            config.display()
-        ))),
+        None => Err(Refusal::WouldStartAsMaster { why: why.to_owned(), config: config.to_owned() }.into()),
     }
 }
 
@@ -226,11 +291,7 @@ async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &
     }
     tracing::warn!(gid, followers = ?followers, "members still follow this pod, no longer codis's master: re-pointing them first");
     let result = async {
-        let etcd = match s.etcd.clone() {
-            Some(etcd) => etcd,
-            None => Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?,
-        };
-        let s = Session { ctx: s.ctx, common: s.common, dashboard: s.dashboard.clone(), etcd: Some(etcd) };
+        let s = s.with_etcd(s.etcd_for(&format!("members of group {gid} must be re-pointed first")).await?);
         let mut lock = transfer::lock_group(&s, gid, s.ctx.budget.cap(s.ctx.budget.remaining() / 3)).await?;
         let converged = transfer::converge(&s, gid).await;
         if let Ok(c) = &converged {
@@ -246,11 +307,12 @@ async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &
             tracing::warn!(gid, error = %e.one_line(), "could not re-point them; the watcher's repair will");
             Ok(())
         }
-        Err(e) => Err(Error::Refused(format!(
-            "group {gid}'s members {followers:?} still follow this pod, whose volume is empty, and could not be \
-             re-pointed at codis's master ({}); not starting, or they would resync from an empty pika",
-            e.one_line()
-        ))),
+        Err(e) => Err(Refusal::FollowersLeft {
+            gid,
+            followers: followers.into_iter().cloned().collect(),
+            source: Box::new(e),
+        }
+        .into()),
     }
 }
 
@@ -282,19 +344,9 @@ async fn hand_over(
     kube_api: Option<&str>,
 ) -> Result<String> {
     let ctx = s.ctx;
-    let etcd = match s.etcd.clone() {
-        Some(etcd) => etcd,
-        None => retry(ctx, "reach etcd", || async { Ok(Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?) })
-            .await
-            .map_err(|e| {
-                Error::Refused(format!(
-                    "group {gid}'s mastership must move before this pod starts, which needs etcd for the fence: {}; \
-                     not starting",
-                    e.one_line()
-                ))
-            })?,
-    };
-    let s = Session { ctx, common: s.common, dashboard: s.dashboard.clone(), etcd: Some(etcd.clone()) };
+    let purpose = format!("group {gid}'s mastership must move before this pod starts");
+    let etcd = retry(ctx, "reach etcd", || s.etcd_for(&purpose)).await?;
+    let s = s.with_etcd(etcd.clone());
     let mut lock = retry(ctx, "take the group's transfer lock", || {
         transfer::lock_group(&s, gid, ctx.budget.cap(ctx.budget.remaining() / 3))
     })
@@ -304,7 +356,7 @@ async fn hand_over(
     crate::steps::cluster::release(&mut lock).await;
     let outcome = result?;
     if outcome.master.eq_ignore_ascii_case(server) {
-        return Err(Error::Refused(format!("codis still lists {server} as group {gid}'s master; not starting")));
+        return Err(Refusal::StillMaster { server: server.to_owned(), gid }.into());
     }
     let changed = set_replication(config, Some(&s.dial(&outcome.master)?))?;
     if outcome.promoted {
@@ -349,10 +401,7 @@ async fn never_held_a_key(s: &Session<'_>, stats: &Stats, group: &Group) -> Resu
     }
     let key = failover::held_data_key(&s.prefix(), group.id);
     let read = retry(s.ctx, "read etcd", || async {
-        let etcd = match &s.etcd {
-            Some(etcd) => etcd.clone(),
-            None => Etcd::connect(&s.common.etcd, CALL_TIMEOUT).await?,
-        };
+        let etcd = s.etcd_for("whether the group ever held data is recorded there").await?;
         Ok(etcd.get(&key).await?)
     })
     .await;
@@ -394,10 +443,7 @@ pub fn volume_has_data(dir: &Path) -> Result<bool> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => Ok(entries.next().is_some()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(Error::Refused(format!(
-            "cannot read pika's data directory {} ({e}): cannot tell whether this volume has data",
-            dir.display()
-        ))),
+        Err(source) => Err(Refusal::DataDirUnreadable { dir: dir.to_owned(), source }.into()),
     }
 }
 
@@ -433,7 +479,7 @@ pub fn set_replication(path: &Path, master: Option<&HostPort>) -> Result<bool> {
     let tmp = path.with_extension("rejoin.tmp");
     std::fs::write(&tmp, &updated)
         .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| Error::Refused(format!("cannot write {}: {e}", path.display())))?;
+        .map_err(|source| Refusal::ConfigUnwritable { path: path.to_owned(), source })?;
     Ok(true)
 }
 

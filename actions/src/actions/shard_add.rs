@@ -23,11 +23,11 @@ use crate::steps::register;
 
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result<String> {
-    let crate::input::event::ShardAdd { shards, added, .. } = event;
+    let crate::input::event::ShardAdd { common, shards, added, .. } = event;
     let new = shards.iter().find(|sh| &sh.name == added).ok_or_else(|| {
         Error::invalid(crate::input::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard"))
     })?;
-    let s = Session::open(ctx).await?;
+    let s = Session::open(ctx, common).await?;
     let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
     // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
     register::settle(&s, &reg, &new.pods).await?;

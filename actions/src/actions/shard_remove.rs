@@ -36,7 +36,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardRemove) -> Res
             );
         }
     }
-    let s = Session::open(ctx).await?;
+    let s = Session::open(ctx, common).await?;
     drain::remove_shard(&s, removed, &remaining).await
 }
 

@@ -31,19 +31,63 @@ use crate::steps::transfer::{self, Transfer};
 /// Longest the rollout facts may take to read; past that the ordinal rule decides.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A switchover that did not finish in its one call. KubeBlocks calls it once and ignores its failure, so these
+/// end with exit 1, never 75; each says what was left behind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfinished {
+    /// The budget ran out before the transfer began.
+    #[error("switchover did not finish within its one call: {progress}")]
+    OutOfTime {
+        /// How far it got.
+        progress: String,
+    },
+    /// The topology lock stayed busy.
+    #[error(
+        "switchover of {me} gave up {progress}: it gets one call, so nothing was changed and {} stays group {gid}'s \
+         master",
+        if *.is_master { "it" } else { "the current master" }
+    )]
+    TopologyBusy {
+        /// The pod.
+        me: String,
+        /// The group.
+        gid: u32,
+        /// Whether the pod is the master.
+        is_master: bool,
+        /// What it waited for.
+        progress: String,
+    },
+    /// The group's transfer lock stayed busy.
+    #[error("switchover of {me} gave up {progress}: it gets one call, so nothing was changed")]
+    GroupBusy {
+        /// The pod.
+        me: String,
+        /// What it waited for.
+        progress: String,
+    },
+    /// The transfer began and did not finish.
+    #[error("switchover of {me} did not finish within its one call ({progress}); {state}")]
+    Transfer {
+        /// The pod.
+        me: String,
+        /// How far it got.
+        progress: String,
+        /// What Codis and the pikas were left with.
+        state: String,
+    },
+}
+
 /// Runs the action; whatever happens, never with exit 75 (KubeBlocks would not call it again).
 pub async fn run(ctx: &Context, event: &crate::input::event::Switchover) -> Result<String> {
     switch(ctx, event).await.map_err(|e| match e {
-        Error::InProgress { progress } => {
-            Error::Refused(format!("switchover did not finish within its one call: {progress}"))
-        }
+        Error::InProgress { progress } => Unfinished::OutOfTime { progress }.into(),
         other => other,
     })
 }
 
 async fn switch(ctx: &Context, event: &crate::input::event::Switchover) -> Result<String> {
     let crate::input::event::Switchover { common, shard, current, role, candidate, kube_api, .. } = event;
-    let s = Session::open(ctx).await?;
+    let s = Session::open(ctx, common).await?;
     let me = s.server(&current.fqdn);
     let stats = s.stats().await?;
     let Some(group) = stats.group_of_server(&me) else {
@@ -82,11 +126,7 @@ async fn switch(ctx: &Context, event: &crate::input::event::Switchover) -> Resul
     let mut lock = match s.lock_topology().await {
         Ok(lock) => lock,
         Err(Error::InProgress { progress }) => {
-            return Err(Error::Refused(format!(
-                "switchover of {me} gave up {progress}: it gets one call, so nothing was changed and {} stays \
-                 group {gid}'s master",
-                if is_master { "it" } else { "the current master" }
-            )));
+            return Err(Unfinished::TopologyBusy { me, gid, is_master, progress }.into());
         }
         Err(e) => return Err(e),
     };
@@ -101,9 +141,7 @@ async fn switch(ctx: &Context, event: &crate::input::event::Switchover) -> Resul
         Err(e) => {
             release(&mut lock).await;
             return Err(match e {
-                Error::InProgress { progress } => Error::Refused(format!(
-                    "switchover of {me} gave up {progress}: it gets one call, so nothing was changed"
-                )),
+                Error::InProgress { progress } => Unfinished::GroupBusy { me, progress }.into(),
                 other => other,
             });
         }
@@ -129,7 +167,7 @@ async fn switch(ctx: &Context, event: &crate::input::event::Switchover) -> Resul
         Ok(outcome) => Ok(outcome.describe(&me)),
         Err(Error::InProgress { progress }) => {
             let state = left_behind(&s, gid, &me).await;
-            Err(Error::Refused(format!("switchover of {me} did not finish within its one call ({progress}); {state}")))
+            Err(Unfinished::Transfer { me, progress, state }.into())
         }
         Err(e) => Err(e),
     }

@@ -15,7 +15,7 @@ use std::io::Write as _;
 
 use crate::clients::codis::Group;
 use crate::clients::pika::{Replication, Role};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::steps::cluster::{self, Session};
@@ -24,8 +24,8 @@ use crate::steps::transfer;
 
 /// Runs the subcommand: prints the table, and fails (exit 1) when a group is flagged.
 pub async fn run(ctx: &Context, event: &crate::input::event::Topology) -> Result<String> {
-    let crate::input::event::Topology { shards, .. } = event;
-    let s = Session::open_without_etcd_if_down(ctx).await?;
+    let crate::input::event::Topology { common, shards } = event;
+    let s = Session::open_without_etcd_if_down(ctx, common).await?;
     let stats = s.stats().await?;
     let mut names = cluster::shards_by_group(&stats);
     let failovers = match &s.etcd {
@@ -68,7 +68,15 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Topology) -> Result
     // The table is the result in both cases; only the exit status and stderr tell the two apart.
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(report.as_bytes()).and_then(|()| out.flush());
-    Err(Error::Refused(format!("codis and the pikas disagree in group(s) {flagged:?}")))
+    Err(Disagreement { gids: flagged }.into())
+}
+
+/// Codis and the pikas disagree; the report on stdout says how.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("codis and the pikas disagree in group(s) {gids:?}")]
+pub struct Disagreement {
+    /// The groups flagged.
+    pub gids: Vec<u32>,
 }
 
 /// One group, with what its pikas answered.

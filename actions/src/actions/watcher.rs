@@ -48,7 +48,7 @@ use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::Common;
 use crate::plan::detector::{Detector, Verdict};
-use crate::steps::cluster::{release, Session, CALL_TIMEOUT};
+use crate::steps::cluster::{self, release, Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
 use crate::steps::transfer::{self, Transfer};
 
@@ -101,16 +101,15 @@ impl Settings {
     }
 }
 
+/// This watcher lost its election lease mid-work: another watcher decides now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the election lease is gone; another watcher decides")]
+pub struct LeaseGone;
+
 /// Runs the watcher until SIGTERM or SIGINT.
 pub async fn run(ctx: &Context, event: &crate::input::event::Watch) -> Result<String> {
     let settings = Settings::of(event);
-    let common = ctx.event.common().ok_or_else(|| Error::Refused("watch has no cluster".into()))?;
-    if common.etcd.is_empty() {
-        return Err(Error::invalid(
-            crate::input::vars::ETCD_ENDPOINTS,
-            "is not set: the watchers elect their leader there",
-        ));
-    }
+    let common = &event.common;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -170,7 +169,7 @@ async fn serve(
     settings: &Settings,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let etcd = Etcd::connect(&common.etcd, CALL_TIMEOUT).await?;
+    let etcd = cluster::connect_etcd(common, "the watchers elect their leader", CALL_TIMEOUT).await?;
     let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), CALL_TIMEOUT)
         .await
         .map_err(|e| match e {
@@ -631,7 +630,7 @@ impl FailoverJob {
     async fn transfer(&self, s: &Session<'_>, group_lock: &LockGuard) -> Result<Option<FailoverRecord>> {
         let gid = self.gid;
         if !self.lease.is_held().await {
-            return Err(Error::Refused("the election lease is gone; another watcher decides".into()));
+            return Err(LeaseGone.into());
         }
         let stats = s.stats().await?;
         let Some(group) = stats.group(gid) else { return Ok(None) };
@@ -700,7 +699,7 @@ impl RepairJob {
         };
         let result = async {
             if !self.lease.is_held().await {
-                return Err(Error::Refused("the election lease is gone".into()));
+                return Err(LeaseGone.into());
             }
             let stats = s.stats().await?;
             let Some(group) = stats.group(gid) else { return Ok(true) };

@@ -628,9 +628,9 @@ mod tests {
         assert_eq!(r.offset, Some(367_001_600));
         assert_eq!(r.connected_slaves, 0);
         assert!(r.replicas.is_empty());
-        assert!(r.follows(&HostPort::new((&MASTER_FQDN.to_ascii_uppercase()).to_string(), 9221)));
-        assert!(!r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9222)));
-        assert!(!r.follows(&HostPort::new(("other").to_string(), 9221)));
+        assert!(r.follows(&HostPort::new(MASTER_FQDN.to_ascii_uppercase(), 9221)));
+        assert!(!r.follows(&HostPort::new(MASTER_FQDN.to_owned(), 9222)));
+        assert!(!r.follows(&HostPort::new("other".to_owned(), 9221)));
     }
 
     #[test]
@@ -641,7 +641,7 @@ mod tests {
         assert_eq!(r.eligible, Some(false));
         assert_eq!(r.binlog, Some((0, 0)));
         assert_eq!(r.offset, Some(0));
-        assert!(r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9221)));
+        assert!(r.follows(&HostPort::new(MASTER_FQDN.to_owned(), 9221)));
     }
 
     #[test]
@@ -656,7 +656,7 @@ mod tests {
         assert_eq!(r.role, Role::MasterAndSlave);
         assert_eq!(r.role.probe_name(), "slave");
         assert!(r.link_up);
-        assert!(r.follows(&HostPort::new((MASTER_FQDN).to_string(), 9221)));
+        assert!(r.follows(&HostPort::new(MASTER_FQDN.to_owned(), 9221)));
         assert_eq!(r.connected_slaves, 1);
         assert_eq!(r.replicas[0].lag, Some(1024));
         assert_eq!(r.offset, Some(367_000_576));

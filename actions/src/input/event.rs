@@ -531,6 +531,13 @@ impl Event {
                 }
             }
             Self::Watch(Watch { detection_ms, probe_interval_ms, kube_api, pod, .. }) => {
+                // The only action that cannot run at all without etcd: the watchers elect their leader there.
+                if common.etcd.is_empty() {
+                    return Err(Error::invalid(
+                        vars::ETCD_ENDPOINTS,
+                        "is not set: the watchers elect their leader there",
+                    ));
+                }
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }

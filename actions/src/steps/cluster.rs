@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::{Common, Pod};
+use crate::input::vars;
 
 /// How long one HTTP, RESP or etcd call may take before it counts as failed.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,25 +43,44 @@ impl std::fmt::Debug for Session<'_> {
     }
 }
 
+/// etcd was needed and did not answer; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+#[error("{purpose}, which needs etcd")]
+pub struct EtcdNeeded {
+    /// What the run had to do.
+    pub purpose: String,
+    /// Why etcd could not be used.
+    #[source]
+    pub source: etcd::Error,
+}
+
+/// etcd for `purpose`, connected within `timeout`. Which runs need etcd is decided by their callers; what its
+/// absence means is decided here, once: no endpoints is a configuration error naming `ETCD_ENDPOINTS` (exit 2),
+/// endpoints that do not answer are [`EtcdNeeded`].
+pub async fn connect_etcd(common: &Common, purpose: &str, timeout: Duration) -> Result<Etcd> {
+    if common.etcd.is_empty() {
+        return Err(Error::invalid(vars::ETCD_ENDPOINTS, format!("is not set, and {purpose}; nothing was changed")));
+    }
+    Etcd::connect(&common.etcd, timeout)
+        .await
+        .map_err(|source| EtcdNeeded { purpose: purpose.to_owned(), source }.into())
+}
+
 impl<'a> Session<'a> {
     /// Connects to the dashboard (checking the product name) and, when endpoints are given, to etcd; etcd not
     /// answering fails the run (every topology change takes the lock there first).
-    pub async fn open(ctx: &'a Context) -> Result<Self> {
-        Self::connect(ctx, true).await
+    pub async fn open(ctx: &'a Context, common: &'a Common) -> Result<Self> {
+        Self::connect(ctx, common, true).await
     }
 
     /// Like [`Session::open`] for subcommands that change nothing in etcd and only read it when it answers
     /// (`rejoin`, `topology`): etcd down is logged and the session has none, so that a pod restarting while etcd
     /// is down still rejoins its group's master instead of coming back with whatever role it persisted.
-    pub async fn open_without_etcd_if_down(ctx: &'a Context) -> Result<Self> {
-        Self::connect(ctx, false).await
+    pub async fn open_without_etcd_if_down(ctx: &'a Context, common: &'a Common) -> Result<Self> {
+        Self::connect(ctx, common, false).await
     }
 
-    async fn connect(ctx: &'a Context, etcd_required: bool) -> Result<Self> {
-        let common = ctx
-            .event
-            .common()
-            .ok_or_else(|| Error::Refused(format!("{} does not talk to Codis", ctx.event.action())))?;
+    async fn connect(ctx: &'a Context, common: &'a Common, etcd_required: bool) -> Result<Self> {
         let timeout = ctx.budget.cap(CALL_TIMEOUT);
         let dashboard = Dashboard::connect(&common.codis.dashboard, common.codis.product.as_deref(), timeout)
             .await
@@ -68,7 +88,7 @@ impl<'a> Session<'a> {
                 // The configuration names another product than the dashboard serves: invalid configuration (exit 2),
                 // found before anything was changed, and no retry will fix it.
                 crate::clients::codis::Error::ProductMismatch { expected, actual } => Error::invalid(
-                    crate::input::vars::CODIS_PRODUCT_NAME,
+                    vars::CODIS_PRODUCT_NAME,
                     format!(
                         "is {expected:?} but the dashboard at {} serves product {actual:?}; nothing was changed",
                         common.codis.dashboard
@@ -93,7 +113,22 @@ impl<'a> Session<'a> {
 
     /// etcd, which every topology change needs.
     pub fn etcd(&self) -> Result<&Etcd> {
-        self.etcd.as_ref().ok_or_else(|| Error::invalid(crate::input::vars::ETCD_ENDPOINTS, "is not set"))
+        self.etcd.as_ref().ok_or_else(|| Error::invalid(vars::ETCD_ENDPOINTS, "is not set"))
+    }
+
+    /// etcd for `purpose`: the session's own connection when it has one, else a new one ([`connect_etcd`]), for a
+    /// run that found out only now that it must change something.
+    pub async fn etcd_for(&self, purpose: &str) -> Result<Etcd> {
+        match &self.etcd {
+            Some(etcd) => Ok(etcd.clone()),
+            None => connect_etcd(self.common, purpose, self.ctx.budget.cap(CALL_TIMEOUT)).await,
+        }
+    }
+
+    /// This session's clients with `etcd`.
+    #[must_use]
+    pub fn with_etcd(&self, etcd: Etcd) -> Self {
+        Self { ctx: self.ctx, common: self.common, dashboard: self.dashboard.clone(), etcd: Some(etcd) }
     }
 
     /// This cluster's key prefix in etcd.

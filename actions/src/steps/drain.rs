@@ -80,10 +80,26 @@ pub enum Refusal {
     },
 }
 
-impl From<Refusal> for Error {
-    fn from(refusal: Refusal) -> Self {
-        Self::Refused(refusal.to_string())
-    }
+/// A drain that could not check what it must check, or was overtaken while it removed the group.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    /// A master could not be asked for `slotmigrate`: draining without knowing could lose the keys pika skips.
+    #[error("cannot check {SLOTMIGRATE} on {server} before draining")]
+    Unchecked {
+        /// The master.
+        server: String,
+        /// Why it could not be asked.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A slot moved back onto the group after it was drained (another action's plan, or an operator).
+    #[error("slot {slot} came back to group {gid} after the drain; run again to drain it")]
+    SlotCameBack {
+        /// The slot.
+        slot: u32,
+        /// The drained group.
+        gid: u32,
+    },
 }
 
 /// What the drain found before changing anything.
@@ -447,15 +463,9 @@ fn leaving_dir(s: &Session<'_>) -> String {
 /// Asks every master taking part for `slotmigrate`, refusing on the first that has it off.
 async fn check_slotmigrate(s: &Session<'_>, masters: &[String]) -> Result<()> {
     for server in masters {
-        let value = s
-            .pika(server)
-            .await
-            .map_err(|e| {
-                Error::Refused(format!("cannot check {SLOTMIGRATE} on {server} before draining: {}", e.one_line()))
-            })?
-            .config_get(SLOTMIGRATE)
-            .await
-            .map_err(|e| Error::Refused(format!("cannot check {SLOTMIGRATE} on {server} before draining: {e}")))?;
+        let unchecked = |e: Error| Stopped::Unchecked { server: server.clone(), source: Box::new(e) };
+        let value =
+            s.pika(server).await.map_err(unchecked)?.config_get(SLOTMIGRATE).await.map_err(|e| unchecked(e.into()))?;
         if slotmigrate_verdict(server, value.as_deref())? == SlotMigrate::Unknown {
             tracing::info!(server, "{SLOTMIGRATE} is not a setting of this server (not pika?): cannot tell, going on");
         }
@@ -492,10 +502,7 @@ async fn remove_group(s: &Session<'_>, gid: u32) -> Result<usize> {
         if let Some(sl) =
             stats.slots.iter().find(|sl| sl.group_id == gid || (!sl.is_idle() && sl.action.target_id == Some(gid)))
         {
-            return Err(Error::Refused(format!(
-                "slot {} came back to group {gid} after the drain; run again to drain it",
-                sl.id
-            )));
+            return Err(Stopped::SlotCameBack { slot: sl.id, gid }.into());
         }
         match next_removal(group) {
             Removal::Replica(server) | Removal::Master(server) => {

@@ -22,6 +22,56 @@ use crate::plan::rounds::{self, Queued};
 use crate::plan::{self, Goal, Plan, SlotState, Step};
 use crate::steps::cluster::Session;
 
+/// Why slots stopped moving; what Codis has queued stays queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No step toward the final topology moves what is left, and Codis migrates nothing.
+    #[error(
+        "cannot finish the {what}: no step toward groups {receivers:?} ({unregistered} shard(s) still to register) \
+         moves what is left, and nothing migrates"
+    )]
+    Stuck {
+        /// The change (`drain of <shard>`, `rebalance`, ...).
+        what: String,
+        /// The groups that may receive slots.
+        receivers: Vec<u32>,
+        /// How many shards of the final topology are not registered yet.
+        unregistered: usize,
+    },
+    /// The slot table admits no plan.
+    #[error("cannot plan the {what}: {source}")]
+    Plan {
+        /// The change.
+        what: String,
+        /// Why.
+        #[source]
+        source: plan::PlanError,
+    },
+    /// Someone disabled Codis's slot actions.
+    #[error(
+        "{what} stopped: slot actions are disabled in codis ({busy} of {at_start} still queued); enable them \
+         (slots/action/disabled/0) and run again"
+    )]
+    ActionsDisabled {
+        /// The change.
+        what: String,
+        /// Slots still queued.
+        busy: usize,
+        /// Slots queued when the wait began.
+        at_start: usize,
+    },
+    /// Codis reports the same migration error with no progress for too long.
+    #[error("{progress}; codis keeps failing a migration ({seconds}s without progress): {status}")]
+    MigrationKeepsFailing {
+        /// How far the change got.
+        progress: String,
+        /// For how long the error persisted.
+        seconds: u64,
+        /// Codis's `slot_action.progress.status`, verbatim.
+        status: String,
+    },
+}
+
 /// The shortest pause between two reads of the slot table while Codis migrates.
 pub const MIN_POLL: Duration = Duration::from_millis(20);
 /// The longest pause: Codis' own executor ticks once a second, and progress stays visible in the logs.
@@ -219,11 +269,12 @@ pub async fn converge(
         let changed = created > 0 || !step.plan.assign.is_empty() || outcome.cancelled > cancelled;
         idle_passes = if changed || stats.is_migrating() { 0 } else { idle_passes + 1 };
         if idle_passes > 1 {
-            return Err(Error::Refused(format!(
-                "cannot finish the {what}: no step toward groups {:?} ({} shard(s) still to register) moves what is \
-                 left, and nothing migrates",
-                aim.goal.receivers, aim.goal.unregistered
-            )));
+            return Err(Refusal::Stuck {
+                what: what.to_owned(),
+                receivers: aim.goal.receivers.clone(),
+                unregistered: aim.goal.unregistered,
+            }
+            .into());
         }
         if let Handoff::ReturnAfterSubmitting(note) = &handoff {
             if created > 0 {
@@ -270,7 +321,7 @@ async fn plan_and_submit(
         aim = aim_of(&stats, &leavers)?;
     }
     let step = plan::toward(&slot_states(&stats), &aim.goal)
-        .map_err(|e| Error::Refused(format!("cannot plan the {what}: {e}")))?;
+        .map_err(|source| Refusal::Plan { what: what.to_owned(), source })?;
     let in_flight = stats.slots.iter().filter(|sl| !sl.is_idle()).count();
     if first {
         outcome.critical_path = step.plan.critical_path;
@@ -344,10 +395,7 @@ async fn wait(s: &Session<'_>, what: &str, own: Own, deferred: &BTreeSet<u32>, p
             return Ok(done);
         }
         if stats.slot_action.disabled {
-            return Err(Error::Refused(format!(
-                "{what} stopped: slot actions are disabled in codis ({busy} of {at_start} still queued); enable them \
-                 (slots/action/disabled/0) and run again"
-            )));
+            return Err(Refusal::ActionsDisabled { what: what.to_owned(), busy, at_start }.into());
         }
         if s.ctx.budget.expired() {
             let (moved, total) = count.progress(&stats, at_start, busy);
@@ -409,11 +457,14 @@ fn observe(seen: Option<SeenError>, status: &str, done: usize, now: Instant) -> 
 /// exit 1 when the same error has persisted with no progress for [`ERROR_PERSISTS`] or half the budget.
 fn out_of_budget(progress: String, error: Option<&SeenError>, now: Instant, budget: Duration) -> Error {
     match error {
-        Some(e) if now.saturating_duration_since(e.since) >= ERROR_PERSISTS.min(budget / 2) => Error::Refused(format!(
-            "{progress}; codis keeps failing a migration ({}s without progress): {}",
-            now.saturating_duration_since(e.since).as_secs(),
-            e.status
-        )),
+        Some(e) if now.saturating_duration_since(e.since) >= ERROR_PERSISTS.min(budget / 2) => {
+            Refusal::MigrationKeepsFailing {
+                progress,
+                seconds: now.saturating_duration_since(e.since).as_secs(),
+                status: e.status.clone(),
+            }
+            .into()
+        }
         Some(e) => Error::InProgress { progress: format!("{progress}; codis reported: {}", e.status) },
         None => Error::InProgress { progress },
     }

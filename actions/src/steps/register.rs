@@ -18,6 +18,55 @@ pub const MAX_GROUP_ID: u32 = 9999;
 /// How long the Pika fork's health loop may take to report a new replica as `slave` before we stop waiting for it.
 const FORK_AGREEMENT_WAIT: Duration = Duration::from_secs(15);
 
+/// Why a shard could not be registered as it stands; nothing more was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The group disappeared from Codis between two reads of this run.
+    #[error("group {gid} of {shard} vanished")]
+    GroupVanished {
+        /// The group.
+        gid: u32,
+        /// The shard it serves.
+        shard: String,
+    },
+    /// The group disappeared from Codis while its replicas were being confirmed.
+    #[error("group {gid} vanished")]
+    GroupGone {
+        /// The group.
+        gid: u32,
+    },
+    /// The shard lists no pod, so no server can be its group's master.
+    #[error("shard {shard} has no pods to register")]
+    NoPods {
+        /// The shard.
+        shard: String,
+    },
+    /// The server is already a member of another group, which it must leave first.
+    #[error("{server} is registered in group {registered} but belongs to group {gid}; remove it there first")]
+    InOtherGroup {
+        /// The server.
+        server: String,
+        /// The group Codis lists it in.
+        registered: u32,
+        /// Its shard's group.
+        gid: u32,
+    },
+    /// Every Codis group id is taken.
+    #[error("no free Codis group id for {shard}: all of 1..={MAX_GROUP_ID} are taken")]
+    NoFreeGroupId {
+        /// The shard to register.
+        shard: String,
+    },
+    /// Someone else changed the group's master while this run registered its replicas.
+    #[error("codis changed group {gid}'s master to {} while registering; run again", .now.as_deref().unwrap_or("nothing"))]
+    MasterChanged {
+        /// The group.
+        gid: u32,
+        /// Its master now, if any.
+        now: Option<String>,
+    },
+}
+
 /// What registering one shard found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
@@ -57,14 +106,12 @@ pub async fn register(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Re
 
     // The master: Codis's, or for an empty group the lowest ordinal, which must then really be a master.
     let stats = s.stats().await?;
-    let group = stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} of {} vanished", shard.name)))?;
+    let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
     let master = match group.master() {
         Some(m) => m.to_owned(),
         None => {
-            let first = pods
-                .iter()
-                .min_by_key(|p| p.ordinal())
-                .ok_or_else(|| Error::Refused(format!("shard {} has no pods to register", shard.name)))?;
+            let first =
+                pods.iter().min_by_key(|p| p.ordinal()).ok_or_else(|| Refusal::NoPods { shard: shard.name.clone() })?;
             s.server(first)
         }
     };
@@ -81,10 +128,7 @@ pub async fn register(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Re
         let stats = s.stats().await?;
         // Another group's server is never touched (add_server would refuse it too, but after the SLAVEOF).
         if let Some(other) = stats.group_of_server(&server).filter(|g| g.id != gid) {
-            return Err(Error::Refused(format!(
-                "{server} is registered in group {} but belongs to group {gid}; remove it there first",
-                other.id
-            )));
+            return Err(Refusal::InOtherGroup { server: server.clone(), registered: other.id, gid }.into());
         }
         // A replica first, then listed: Codis never lists a member of the group that is a master of its own (a fresh
         // pod is one until told otherwise), which readers of replicas and the Pika fork's health loop would see.
@@ -134,7 +178,7 @@ async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) -> Result<(u3
         create_group(s, gid).await?;
         return Ok((gid, true));
     }
-    Err(Error::Refused(format!("no free Codis group id for {shard}: all of 1..={MAX_GROUP_ID} are taken")))
+    Err(Refusal::NoFreeGroupId { shard: shard.to_owned() }.into())
 }
 
 async fn create_group(s: &Session<'_>, gid: u32) -> Result<()> {
@@ -153,10 +197,7 @@ async fn add_server(s: &Session<'_>, gid: u32, server: &str) -> Result<()> {
             let stats = s.stats().await?;
             match stats.group_of_server(server) {
                 Some(g) if g.id == gid => Ok(()),
-                Some(g) => Err(Error::Refused(format!(
-                    "{server} is registered in group {} but belongs to group {gid}; remove it there first",
-                    g.id
-                ))),
+                Some(g) => Err(Refusal::InOtherGroup { server: server.to_owned(), registered: g.id, gid }.into()),
                 None => Err(e.into()),
             }
         }
@@ -170,12 +211,9 @@ async fn confirm(s: &Session<'_>, gid: u32, master: &str, replicas: &[&Pod]) -> 
     let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(FORK_AGREEMENT_WAIT);
     loop {
         let stats = s.stats().await?;
-        let group = stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} vanished")))?;
+        let group = stats.group(gid).ok_or(Refusal::GroupGone { gid })?;
         if !group.master().is_some_and(|m| m.eq_ignore_ascii_case(master)) {
-            return Err(Error::Refused(format!(
-                "codis changed group {gid}'s master to {} while registering; run again",
-                group.master().unwrap_or("nothing")
-            )));
+            return Err(Refusal::MasterChanged { gid, now: group.master().map(str::to_owned) }.into());
         }
         let mut disagree = Vec::new();
         for pod in replicas {

@@ -39,6 +39,117 @@ use crate::input::address::HostPort;
 use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
 use crate::steps::cluster::{Session, CALL_TIMEOUT, POLL};
 
+/// Why mastership was not moved; what the transfer had not yet done stays undone.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Codis's view of the group changed at every look.
+    #[error("group {gid} keeps changing under the transfer; run again")]
+    KeepsChanging {
+        /// The group.
+        gid: u32,
+    },
+    /// The group has no server, so no master.
+    #[error("group {gid} has no servers")]
+    NoServers {
+        /// The group.
+        gid: u32,
+    },
+    /// The group is gone from Codis.
+    #[error("group {gid} no longer exists in codis")]
+    NoGroup {
+        /// The group.
+        gid: u32,
+    },
+    /// Codis promoted but still lists the old master first.
+    #[error("codis still lists {master} as group {gid}'s master after the promote")]
+    NotPromoted {
+        /// The group.
+        gid: u32,
+        /// The master Codis lists.
+        master: String,
+    },
+    /// Nobody to hand over to.
+    #[error("{master} is group {gid}'s only server: there is no one to promote")]
+    OnlyServer {
+        /// The group.
+        gid: u32,
+        /// Its one server.
+        master: String,
+    },
+    /// The chosen member left the group while the transfer chose it.
+    #[error("{pod} vanished from group {gid}")]
+    ChosenVanished {
+        /// The group.
+        gid: u32,
+        /// The chosen pod.
+        pod: String,
+    },
+    /// A promote pushes slots to every proxy; one that Codis cannot reach would leave the group stuck.
+    #[error(
+        "codis cannot reach proxy {proxy} ({why}): a promote of group {gid} would stall; bring the proxy back or \
+         remove it first; nothing was changed"
+    )]
+    ProxyUnreachable {
+        /// The group.
+        gid: u32,
+        /// The proxy's admin address.
+        proxy: String,
+        /// What Codis reports about it.
+        why: String,
+    },
+    /// Another transfer's fence replaced ours before the promote.
+    #[error("group {gid}'s fence now names {}, not {to}; nothing promoted", .now.as_deref().unwrap_or("nothing"))]
+    FenceMoved {
+        /// The group.
+        gid: u32,
+        /// Our target.
+        to: String,
+        /// What the fence names now.
+        now: Option<String>,
+    },
+    /// A lock of this transfer expired before the promote.
+    #[error("lost the lock {key} before promoting {to}; nothing promoted")]
+    LockLost {
+        /// The lock.
+        key: String,
+        /// The target.
+        to: String,
+    },
+    /// The fence changed while the successor was being chosen.
+    #[error("group {gid}'s fence changed to {now} while choosing (another transfer?); nothing promoted")]
+    FenceChanged {
+        /// The group.
+        gid: u32,
+        /// What it names now.
+        now: String,
+    },
+    /// The fence could not be written in a few tries.
+    #[error("could not write group {gid}'s fence; nothing promoted")]
+    FenceNotWritten {
+        /// The group.
+        gid: u32,
+    },
+    /// A promote in progress names an index the group does not have.
+    #[error("group {gid} is promoting index {index}, which it does not have")]
+    PromotingNowhere {
+        /// The group.
+        gid: u32,
+        /// The index Codis reports.
+        index: usize,
+    },
+    /// The requested candidate cannot take over.
+    #[error(transparent)]
+    Choice(ChoiceError),
+    /// No member can take over; the reasons of each.
+    #[error("{source} ({}); codis's own failover is the fallback", .unfit.join(", "))]
+    NoSuccessor {
+        /// The planner's refusal.
+        source: ChoiceError,
+        /// `<pod>: <why it is unfit>` for each other member.
+        unfit: Vec<String>,
+    },
+}
+
 /// How long a fence outlives the run that wrote it: long enough for one transfer, short enough that a failed one
 /// never blocks the group for long.
 pub const FENCE_TTL: Duration = Duration::from_secs(30);
@@ -293,8 +404,8 @@ impl Outcome {
 /// honoured while its member is still fit.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] for an unfit candidate (nothing changed); [`Error::Refused`] when no replica can take
-/// over or the fence changed under us; [`Error::InProgress`] when the budget ran out (the rerun resumes).
+/// [`Error::InvalidInput`] for an unfit candidate (nothing changed); a [`Refusal`] when no replica can take over
+/// or the fence changed under us; [`Error::InProgress`] when the budget ran out (the rerun resumes).
 pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_>) -> Result<Outcome> {
     let gid = t.gid;
     let mut promoted = false;
@@ -304,7 +415,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         s.ctx.budget.check(|| format!("transfer of group {gid}'s master away from {} in progress", t.from))?;
         attempts += 1;
         if attempts > 20 {
-            return Err(Error::Refused(format!("group {gid} keeps changing under the transfer; run again")));
+            return Err(Refusal::KeepsChanging { gid }.into());
         }
         let stats = s.stats().await?;
         let group = group_of(&stats, gid)?;
@@ -316,19 +427,17 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
             basis.get_or_insert_with(|| "resumed the promote left in progress".to_owned());
             continue;
         }
-        let master = group.master().ok_or_else(|| Error::Refused(format!("group {gid} has no servers")))?.to_owned();
+        let master = group.master().ok_or(Refusal::NoServers { gid })?.to_owned();
         if !master.eq_ignore_ascii_case(&t.from) {
             let converged = converge(s, gid).await?;
             clear_fence(s, gid, &converged.master).await;
             return Ok(Outcome { gid, master: converged.master.clone(), promoted, basis, converged });
         }
         if promoted {
-            return Err(Error::Refused(format!(
-                "codis still lists {master} as group {gid}'s master after the promote"
-            )));
+            return Err(Refusal::NotPromoted { gid, master }.into());
         }
         if group.servers.len() < 2 {
-            return Err(Error::Refused(format!("{master} is group {gid}'s only server: there is no one to promote")));
+            return Err(Refusal::OnlyServer { gid, master }.into());
         }
 
         // Choose, honouring a fence left by an earlier run.
@@ -352,18 +461,14 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
             .iter()
             .find(|srv| ServerAddr::of(srv).pod() == choice.pod)
             .cloned()
-            .ok_or_else(|| Error::Refused(format!("{} vanished from group {gid}", choice.pod)))?;
+            .ok_or_else(|| Refusal::ChosenVanished { gid, pod: choice.pod.clone() })?;
         let why = describe_basis(&choice, t.rollout, fenced.as_deref());
         tracing::info!(gid, from = %master, to = %to, basis = %why, "transferring the master");
 
         // A promote pushes the group's slots to every proxy; one the dashboard cannot reach would leave it stuck in
         // `preparing` with the group locked. Refuse before anything is written.
         if let Some((proxy, why)) = stats.unreachable_proxy().filter(|_| !t.unplanned) {
-            return Err(Error::Refused(format!(
-                "codis cannot reach proxy {} ({why}): a promote of group {gid} would stall; bring the proxy back or \
-                 remove it first; nothing was changed",
-                proxy.admin_addr
-            )));
+            return Err(Refusal::ProxyUnreachable { gid, proxy: proxy.admin_addr.clone(), why: why.to_owned() }.into());
         }
         // Promoting and converging take a few seconds at most; a run with less left would stop halfway.
         let reserve = transfer_reserve(s.ctx.budget.elapsed() + s.ctx.budget.remaining());
@@ -383,17 +488,11 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         // Compare before acting: the fence still names our target, we still hold the lock, Codis has not moved.
         let now = s.etcd()?.get(&key).await?;
         if now.as_ref().map(|e| e.value.as_str()) != Some(to.as_str()) {
-            return Err(Error::Refused(format!(
-                "group {gid}'s fence now names {}, not {to}; nothing promoted",
-                now.map_or_else(|| "nothing".to_owned(), |e| e.value)
-            )));
+            return Err(Refusal::FenceMoved { gid, to, now: now.map(|e| e.value) }.into());
         }
         for guard in guards {
             if !guard.is_held().await {
-                return Err(Error::Refused(format!(
-                    "lost the lock {} before promoting {to}; nothing promoted",
-                    guard.key()
-                )));
+                return Err(Refusal::LockLost { key: guard.key().to_owned(), to }.into());
             }
         }
         let fresh = s.stats().await?;
@@ -434,7 +533,7 @@ fn decide(
     if let Some((pod, var)) = candidate {
         return plan::choose_new_master(current, members, Some(pod), None).map_err(|e| match e {
             ChoiceError::BadCandidate { .. } => Error::invalid(*var, format!("{e}; nothing was changed")),
-            other @ ChoiceError::NoHealthyReplica { .. } => Error::Refused(other.to_string()),
+            other @ ChoiceError::NoHealthyReplica { .. } => Refusal::Choice(other).into(),
         });
     }
     if let Some(pod) = fenced.filter(|p| *p != current.pod) {
@@ -449,7 +548,7 @@ fn decide(
             .filter(|m| m.pod != current.pod)
             .filter_map(|m| m.unfit_reason().map(|r| format!("{}: {r}", m.pod)))
             .collect();
-        Error::Refused(format!("{e} ({}); codis's own failover is the fallback", detail.join(", ")))
+        Refusal::NoSuccessor { source: e, unfit: detail }.into()
     })
 }
 
@@ -482,14 +581,11 @@ async fn write_fence(s: &Session<'_>, gid: u32, current: Option<&Entry>, to: &st
         // The old fence may simply have expired between the read and the write: look once more.
         let now = etcd.get(&key).await?.map(|e| e.value);
         if now.is_some() && now != expected {
-            return Err(Error::Refused(format!(
-                "group {gid}'s fence changed to {} while choosing (another transfer?); nothing promoted",
-                now.unwrap_or_default()
-            )));
+            return Err(Refusal::FenceChanged { gid, now: now.unwrap_or_default() }.into());
         }
         expected = now;
     }
-    Err(Error::Refused(format!("could not write group {gid}'s fence; nothing promoted")))
+    Err(Refusal::FenceNotWritten { gid }.into())
 }
 
 /// Deletes the fence if it still names `master` (a newer fence of someone else stays); failures only delay its
@@ -551,7 +647,7 @@ async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
 }
 
 fn group_of(stats: &Stats, gid: u32) -> Result<&Group> {
-    stats.group(gid).ok_or_else(|| Error::Refused(format!("group {gid} no longer exists in codis")))
+    stats.group(gid).ok_or_else(|| Refusal::NoGroup { gid }.into())
 }
 
 /// The server a promote in progress is for: `servers[index]` (index 0 once `finished` reordered the group).
@@ -561,7 +657,7 @@ fn promoting_target(group: &Group) -> Result<String> {
         .servers
         .get(index)
         .map(|gs| gs.server.clone())
-        .ok_or_else(|| Error::Refused(format!("group {} is promoting index {index}, which it does not have", group.id)))
+        .ok_or_else(|| Refusal::PromotingNowhere { gid: group.id, index }.into())
 }
 
 // ---- converging a group on its master ----------------------------------------------------------------------------
@@ -608,7 +704,7 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         if group.is_promoting() {
             return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
         }
-        let master = group.master().ok_or_else(|| Error::Refused(format!("group {gid} has no servers")))?.to_owned();
+        let master = group.master().ok_or(Refusal::NoServers { gid })?.to_owned();
         s.ensure_master(&master).await?;
         let master_at = s.dial(&master)?;
         let others: Vec<String> = group.servers.iter().skip(1).map(|gs| gs.server.clone()).collect();
