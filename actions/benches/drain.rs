@@ -17,7 +17,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use testbed::cluster::{Bed, ClusterFixture};
+use testbed::cluster::Bed;
 use testbed::DoubleOptions;
 
 fn var(name: &str, default: u64) -> u64 {
@@ -48,7 +48,7 @@ struct Sample {
 }
 
 fn sample(tick: Duration) -> Sample {
-    let bed = Bed::with(ClusterFixture::new(4, 1), DoubleOptions { tick, ..DoubleOptions::default() });
+    let bed = Bed::builder().shards(4).pods(1).bed(DoubleOptions { tick, ..DoubleOptions::default() });
     run("post-provision", &bed.env(0));
     let leaving = bed.gid(3).expect("registered");
     let stats_bytes = bed.codis.call("GET", "/api/topom/stats/{xauth}").body.len();

@@ -56,7 +56,7 @@ fn failover(runs: usize) {
     let mut outages = Vec::new();
     let mut lost_total = 0;
     for run in 1..=runs {
-        let mut fb = FailoverBed::new(Options::new(1, 3));
+        let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
         let watcher = fb.watcher("watcher-a", &default_watch_env(&fb, "watcher-a"));
         assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
         let data = fb.proxy.data_addr();
@@ -98,7 +98,7 @@ fn failover(runs: usize) {
 
 fn idle(groups: usize, seconds: u64) {
     let started = Instant::now();
-    let fb = FailoverBed::new(Options::new(groups, 2));
+    let fb = FailoverBed::new(Options::default().shards(groups).pods(2));
     println!("idle: {groups} groups of 2 pods provisioned in {} s", started.elapsed().as_secs());
     let watcher = fb.watcher("watcher-a", &default_watch_env(&fb, "watcher-a"));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());

@@ -57,7 +57,7 @@ struct Sample {
 /// `shards` provisioned shards of one pod over 1024 slots (1.1), then `added` more whose Components exist.
 fn bed(s: &Settings, shards: usize, added: usize) -> Change {
     let opts = DoubleOptions { max_slot_num: 1024, tick: s.tick, ..DoubleOptions::default() };
-    let mut c = Change::with(ClusterFixture::new(shards, 1), opts);
+    let mut c = Change::with(ClusterFixture::builder().shards(shards).pods(1).build(), opts);
     c.bed.codis.set_default_migration_ticks(s.slot_ticks);
     let first: Vec<usize> = (0..shards).collect();
     run_to_completion("post-provision", &c.env_1_1(0, &first));

@@ -61,6 +61,72 @@ impl ShardFixture {
     }
 }
 
+/// What a [`ClusterFixture`] is built with; unset, one shard of one pod whose redis-servers need no password.
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    shards: usize,
+    pods: usize,
+    password: Option<String>,
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        Self { shards: 1, pods: 1, password: None }
+    }
+}
+
+impl ClusterBuilder {
+    /// How many shards.
+    #[must_use]
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// How many pods each shard has.
+    #[must_use]
+    pub fn pods(mut self, pods: usize) -> Self {
+        self.pods = pods;
+        self
+    }
+
+    /// The password every redis-server requires.
+    #[must_use]
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Starts etcd and the redis-servers; nothing is registered anywhere yet.
+    #[must_use]
+    pub fn build(self) -> ClusterFixture {
+        let n = CLUSTERS.fetch_add(1, Ordering::SeqCst);
+        let mut cluster = ClusterFixture {
+            name: format!("tb{}{n}", std::process::id() % 1000),
+            shards: Vec::new(),
+            etcd: EtcdServer::start(),
+            password: self.password,
+            next_shard: 0,
+        };
+        for _ in 0..self.shards {
+            cluster.add_shard(self.pods);
+        }
+        cluster
+    }
+
+    /// The fixture wired to a Codis double started with `double` (the overrides are filled in).
+    #[must_use]
+    pub fn bed(self, double: DoubleOptions) -> Bed {
+        Bed::with(self.build(), double)
+    }
+
+    /// The fixture wired to a Codis double that behaves as upstream Codis does.
+    #[must_use]
+    pub fn bed_default(self) -> Bed {
+        self.bed(DoubleOptions::default())
+    }
+}
+
 /// A fixture cluster: shards of redis-servers plus the etcd; Codis is added by the caller.
 #[derive(Debug)]
 pub struct ClusterFixture {
@@ -76,25 +142,10 @@ pub struct ClusterFixture {
 }
 
 impl ClusterFixture {
-    /// `shards` shards of `pods` pods each, not yet registered anywhere.
-    pub fn new(shards: usize, pods: usize) -> Self {
-        Self::with_password(shards, pods, None)
-    }
-
-    /// Like [`ClusterFixture::new`], every redis-server requiring `password`.
-    pub fn with_password(shards: usize, pods: usize, password: Option<&str>) -> Self {
-        let n = CLUSTERS.fetch_add(1, Ordering::SeqCst);
-        let mut cluster = Self {
-            name: format!("tb{}{n}", std::process::id() % 1000),
-            shards: Vec::new(),
-            etcd: EtcdServer::start(),
-            password: password.map(str::to_owned),
-            next_shard: 0,
-        };
-        for _ in 0..shards {
-            cluster.add_shard(pods);
-        }
-        cluster
+    /// How to build a fixture: `ClusterFixture::builder().shards(3).pods(2).build()`.
+    #[must_use]
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
     }
 
     /// Adds a shard of `pods` pods (its redis-servers start now) and returns its index.
@@ -213,9 +264,10 @@ impl std::fmt::Debug for Bed {
 }
 
 impl Bed {
-    /// `shards` × `pods` redis-servers, etcd and a Codis double (upstream behaviour) that knows where every pod is.
-    pub fn new(shards: usize, pods: usize) -> Self {
-        Self::with(ClusterFixture::new(shards, pods), DoubleOptions::default())
+    /// How to build a bed: `Bed::builder().shards(3).pods(2).bed_default()`, or `.bed(DoubleOptions { .. })`.
+    #[must_use]
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
     }
 
     /// From a fixture and double options (the overrides are filled in here).

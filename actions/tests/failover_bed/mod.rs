@@ -35,10 +35,24 @@ pub struct Options {
     pub double: DoubleOptions,
 }
 
+impl Default for Options {
+    /// One shard of one pod, no forwarders, the double's defaults.
+    fn default() -> Self {
+        Self { shards: 1, pods: 1, forwarders: false, double: DoubleOptions::default() }
+    }
+}
+
 impl Options {
-    /// `shards` × `pods`, no forwarders, the double's defaults.
-    pub fn new(shards: usize, pods: usize) -> Self {
-        Self { shards, pods, forwarders: false, double: DoubleOptions::default() }
+    /// How many shards.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// How many pods each shard has.
+    pub fn pods(mut self, pods: usize) -> Self {
+        self.pods = pods;
+        self
     }
 }
 
@@ -56,7 +70,7 @@ pub struct FailoverBed {
 impl FailoverBed {
     /// Builds, provisions (post-provision, as KubeBlocks runs it) and onlines the proxy.
     pub fn new(opts: Options) -> Self {
-        let cluster = ClusterFixture::new(opts.shards, opts.pods);
+        let cluster = ClusterFixture::builder().shards(opts.shards).pods(opts.pods).build();
         let forwarders: BTreeMap<String, Forwarder> = if opts.forwarders {
             cluster.overrides().into_iter().map(|(server, real)| (server, Forwarder::start(&real))).collect()
         } else {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use attack::{etcd_entries, expire_locks, run_until_done, watch};
 use summary::Category;
-use support::{describe, run, Bed, ClusterFixture};
+use support::{describe, run, Bed};
 use testbed::{Ledger, Workload, WorkloadOptions};
 
 /// A 1.0.x scale-in about to happen: 3 shards of 2 pods over Codis's 1024 slots holding keys, the middle one
@@ -28,7 +28,7 @@ struct Case {
 }
 
 fn case() -> Case {
-    let bed = Bed::with(ClusterFixture::new(3, 2), testbed::DoubleOptions::default());
+    let bed = Bed::builder().shards(3).pods(2).bed_default();
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     let proxy = bed.start_proxy();
     let ledger = Ledger::preload(&proxy.data_addr(), "before", 600).expect("preload through the proxy");

@@ -51,7 +51,7 @@ fn all_gids(bed: &Bed) -> Vec<u32> {
 fn post_provision_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let bed = Bed::new(2, 2);
+            let bed = Bed::builder().shards(2).pods(2).bed_default();
             let env = bed.env(0);
             (bed, env)
         },
@@ -73,7 +73,7 @@ fn post_provision_converges_after_a_crash_before_any_of_its_steps() {
 fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(support::ClusterFixture::new(2, 1), testbed::DoubleOptions::default());
+            let mut bed = Bed::builder().shards(2).pods(1).bed_default();
             run_to_completion("post-provision", &bed.env(0));
             let added = bed.add_shard(2);
             let mut env = bed.env(0);
@@ -96,7 +96,7 @@ fn shard_add_converges_after_a_crash_before_any_of_its_steps() {
 fn member_join_converges_after_a_crash_before_any_of_its_steps() {
     let tried = crash_everywhere(
         || {
-            let mut bed = Bed::with(support::ClusterFixture::new(1, 1), testbed::DoubleOptions::default());
+            let mut bed = Bed::builder().shards(1).pods(1).bed_default();
             run_to_completion("post-provision", &bed.env(0));
             let ordinal = bed.add_pod(0);
             let pod = bed.cluster.shards[0].pod(ordinal);

@@ -19,7 +19,7 @@ fn an_empty_masters_rejoin_killed_at_any_step_converges_when_run_again() {
     let mut tried: Vec<(usize, String)> = Vec::new();
     let mut completed = false;
     for n in 1..=40 {
-        let mut fb = FailoverBed::new(Options::new(1, 3));
+        let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
         let ledger = Ledger::preload(&fb.proxy.data_addr(), "pre", 300).expect("preload");
         assert!(eventually(PATIENCE, || lag_now(&fb, 0, 0) == Some(0)), "replicas did not catch up");
         kill9(&fb.pods(0)[0]);

@@ -54,7 +54,7 @@ struct Case {
 }
 
 fn case() -> Case {
-    let bed = Bed::new(3, 2);
+    let bed = Bed::builder().shards(3).pods(2).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     let proxy = bed.start_proxy();
     let ledger = Ledger::preload(&proxy.data_addr(), "before", 600).expect("preload through the proxy");

@@ -33,7 +33,7 @@ struct Case {
 
 /// 2 shards provisioned, 2 more whose Components exist: their shardAdds.
 fn two_to_four() -> Case {
-    let mut change = Change::new(2, 1, SLOTS);
+    let mut change = Change::new(support::Bed::builder().shards(2).pods(1), SLOTS);
     run_to_completion("post-provision", &change.env_1_1(0, &[0, 1]));
     change.add_shard(1);
     change.add_shard(1);
@@ -51,7 +51,7 @@ fn two_to_four() -> Case {
 
 /// 4 shards provisioned, the Cluster scaled to 2: the shardRemoves of the last two names.
 fn four_to_two() -> Case {
-    let change = Change::new(4, 1, SLOTS);
+    let change = Change::new(support::Bed::builder().shards(4).pods(1), SLOTS);
     let all = [0, 1, 2, 3];
     run_to_completion("post-provision", &change.env_1_1(0, &all));
     let api = ClusterApi::start(NAMESPACE, &change.bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), 2)]));

@@ -21,7 +21,7 @@ fn a_watcher_killed_at_any_step_of_a_failover_is_replaced_by_one_that_converges_
     let mut tried: Vec<(usize, String)> = Vec::new();
     let mut completed = false;
     for n in 1..=40 {
-        let mut fb = FailoverBed::new(Options::new(1, 3));
+        let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
         let gid = fb.gid(0);
         let ledger = Ledger::preload(&fb.proxy.data_addr(), "pre", 300).expect("preload");
         assert!(eventually(PATIENCE, || lag_now(&fb, 0, 0) == Some(0)), "replicas did not catch up");

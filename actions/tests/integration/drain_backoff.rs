@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{describe, minimum_moves, moved, run, run_to_completion, Bed, ClusterFixture};
+use support::{describe, minimum_moves, moved, run, run_to_completion, Bed};
 use testbed::DoubleOptions;
 
 /// controller-runtime's `ItemExponentialFailureRateLimiter` as KubeBlocks uses it: the pause before the n-th retry
@@ -50,7 +50,7 @@ struct Pause {
 fn a_drain_of_512_slots_under_kubeblocks_backoff_keeps_migrating_while_no_run_is_there() {
     // Three shards of 512 slots (1536 in all, not Codis's 1024, so that exactly 512 leave and two groups receive):
     // the third leaves, 256 slots to each of the others, two migrations at a time.
-    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions { max_slot_num: 1536, ..DoubleOptions::default() });
+    let bed = Bed::builder().shards(3).pods(1).bed(DoubleOptions { max_slot_num: 1536, ..DoubleOptions::default() });
     run_to_completion("post-provision", &bed.env(0));
     let leaving = bed.gid(2).unwrap();
     let remaining = [bed.gid(0).unwrap(), bed.gid(1).unwrap()];
@@ -156,7 +156,7 @@ fn run_under_backoff(
 
 #[test]
 fn a_drain_that_starts_beside_a_migration_into_the_leaving_group_hands_codis_everything_else_at_once() {
-    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(3).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     let (g0, leaving) = (bed.gid(0).unwrap(), bed.gid(2).unwrap());
     // A slot of group 0 is migrating into the leaving group and stays in `migrating` for a long while (a shardAdd

@@ -46,7 +46,7 @@ fn assert_one_master_served(samples: &[Sample], old: u32, new: u32) {
 
 #[test]
 fn a_master_killed_and_never_back_is_replaced_writes_resume_and_it_follows_when_it_returns() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let api = EventsApi::start();
     let mut env = fb.watch_env("watcher-a", 1000);
     env.insert("KUBE_API_URL".into(), api.url());
@@ -136,7 +136,7 @@ fn a_master_killed_and_never_back_is_replaced_writes_resume_and_it_follows_when_
 
 #[test]
 fn two_watchers_at_once_elect_one_that_acts_and_the_other_takes_over_when_it_dies() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let mut a = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
     let mut b = fb.watcher("watcher-b", &fb.watch_env("watcher-b", 800));
     assert!(eventually(PATIENCE, || a.log().contains("leading") || b.log().contains("leading")));
@@ -168,7 +168,7 @@ fn two_watchers_at_once_elect_one_that_acts_and_the_other_takes_over_when_it_die
 
 #[test]
 fn with_etcd_unreachable_no_master_is_promoted_until_the_fence_can_be_written() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     fb.bed.codis.clear_requests();
@@ -204,7 +204,7 @@ fn a_partitioned_old_master_is_never_routed_to_again_and_is_demoted_when_it_reap
     // `backend_recv_timeout` in a cluster). The dashboard's call to the proxy must outlast that, or every push of the
     // promote times out and is retried from the start.
     let double = DoubleOptions { proxy_timeout: Duration::from_secs(10), ..DoubleOptions::default() };
-    let fb = FailoverBed::new(Options { forwarders: true, double, ..Options::new(1, 3) });
+    let fb = FailoverBed::new(Options { forwarders: true, double, ..Options::default().shards(1).pods(3) });
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 1000));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     let data = fb.proxy.data_addr();
@@ -252,7 +252,7 @@ fn a_partitioned_old_master_is_never_routed_to_again_and_is_demoted_when_it_reap
 
 #[test]
 fn a_master_that_is_only_slow_is_not_failed_over() {
-    let fb = FailoverBed::new(Options { forwarders: true, ..Options::new(1, 2) });
+    let fb = FailoverBed::new(Options { forwarders: true, ..Options::default().shards(1).pods(2) });
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 2000));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     fb.bed.codis.clear_requests();
@@ -276,7 +276,7 @@ fn under_the_pika_fork_the_watcher_fails_over_and_the_forks_dormant_ha_never_fig
     // The chart's dashboard.toml gives the fork 127 dead checks an hour apart; the double checks every 100 ms, so
     // its failover would fire after 12.7 s: long after ours, and it must then have nothing to do.
     let double = DoubleOptions { fork: true, dead_checks: 127, ..DoubleOptions::default() };
-    let mut fb = FailoverBed::new(Options { double, ..Options::new(1, 3) });
+    let mut fb = FailoverBed::new(Options { double, ..Options::default().shards(1).pods(3) });
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     fb.bed.codis.clear_requests();
@@ -305,7 +305,7 @@ fn under_the_pika_fork_the_watcher_fails_over_and_the_forks_dormant_ha_never_fig
 
 #[test]
 fn a_replica_that_is_down_is_left_alone_and_nothing_is_ever_deleted_from_codis() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     fb.bed.codis.clear_requests();

@@ -24,7 +24,7 @@ fn in_staying_group(key: &str) -> bool {
 
 #[test]
 fn a_master_killed_while_a_drain_migrates_onto_its_group_is_replaced_and_the_drain_finishes_losing_nothing() {
-    let mut fb = FailoverBed::new(Options::new(2, 2));
+    let mut fb = FailoverBed::new(Options::default().shards(2).pods(2));
     let staying = fb.gid(0);
     let leaving = fb.gid(1);
     assert_eq!(fb.bed.codis.snapshot().slots_of(staying), 512);

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rollout::{bed_with_master, codis_master, leave_env, pika_masters, promotes, stdout};
-use support::{describe, eventually, run, run_to_completion, Bed, ClusterFixture};
+use support::{describe, eventually, run, run_to_completion, Bed};
 use testbed::DoubleOptions;
 
 /// The servers Codis lists in shard 0's group, by ordinal.
@@ -105,7 +105,7 @@ fn member_leave_of_a_pod_codis_never_knew_is_success() {
 
 #[test]
 fn member_leave_never_deletes_the_master_of_a_group_that_owns_slots() {
-    let bed = Bed::new(1, 1);
+    let bed = Bed::builder().shards(1).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     let gid = bed.gid(0).unwrap();
     bed.codis.clear_requests();
@@ -120,7 +120,7 @@ fn member_leave_never_deletes_the_master_of_a_group_that_owns_slots() {
 #[test]
 fn member_leave_follows_the_fork_when_it_fails_the_master_over_and_reorders_the_group() {
     let options = DoubleOptions { fork: true, dead_checks: 3, ..DoubleOptions::default() };
-    let mut bed = Bed::with(ClusterFixture::new(1, 3), options);
+    let mut bed = Bed::builder().shards(1).pods(3).bed(options);
     run_to_completion("post-provision", &bed.env(0));
     let gid = bed.gid(0).unwrap();
     // The master dies; the fork's HA swaps a replica into index 0 and re-points the other by itself.

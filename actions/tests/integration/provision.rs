@@ -14,7 +14,7 @@ fn all_gids(bed: &Bed) -> Vec<u32> {
 
 #[test]
 fn post_provision_registers_three_shards_of_two_and_balances_every_slot() {
-    let bed = Bed::new(3, 2);
+    let bed = Bed::builder().shards(3).pods(2).bed_default();
     let out = run("post-provision", &bed.env(0));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     for i in 0..3 {
@@ -36,7 +36,7 @@ fn post_provision_registers_three_shards_of_two_and_balances_every_slot() {
 
 #[test]
 fn shard_add_scales_three_to_four_to_eight_moving_the_fewest_slots() {
-    let mut bed = Bed::new(3, 1);
+    let mut bed = Bed::builder().shards(3).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     for target in [4, 8] {
         while bed.cluster.shards.len() < target {
@@ -56,7 +56,7 @@ fn shard_add_scales_three_to_four_to_eight_moving_the_fewest_slots() {
 
 #[test]
 fn member_join_adds_a_replica_of_the_current_master() {
-    let mut bed = Bed::new(2, 2);
+    let mut bed = Bed::builder().shards(2).pods(2).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     // Codis moved shard 0's master to ordinal 1 (a switchover earlier): the new pod must follow ordinal 1.
     let gid = bed.gid(0).unwrap();
@@ -83,7 +83,7 @@ fn member_join_adds_a_replica_of_the_current_master() {
 
 #[test]
 fn two_shard_adds_at_once_get_distinct_groups_and_a_balanced_table() {
-    let mut bed = Bed::new(2, 1);
+    let mut bed = Bed::builder().shards(2).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     let a = bed.add_shard(1);
     let b = bed.add_shard(1);
@@ -109,7 +109,7 @@ fn two_shard_adds_at_once_get_distinct_groups_and_a_balanced_table() {
 #[test]
 fn post_provisions_of_kubeblocks_1_0_converge_in_any_order_and_at_once() {
     for order in [[2usize, 0, 1], [1, 2, 0]] {
-        let bed = Bed::new(3, 2);
+        let bed = Bed::builder().shards(3).pods(2).bed_default();
         // Two run together, then the third.
         let first: Vec<_> = order[..2]
             .iter()
@@ -136,7 +136,7 @@ fn post_provisions_of_kubeblocks_1_0_converge_in_any_order_and_at_once() {
 
 #[test]
 fn a_run_out_of_budget_exits_75_with_progress_and_the_next_run_finishes_without_redoing_anything() {
-    let mut bed = Bed::new(2, 1);
+    let mut bed = Bed::builder().shards(2).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     bed.codis.set_default_migration_ticks(40);
     let index = bed.add_shard(1);
@@ -161,7 +161,7 @@ fn a_run_out_of_budget_exits_75_with_progress_and_the_next_run_finishes_without_
 
 #[test]
 fn an_unreachable_pika_fails_clearly_and_a_rerun_finishes_the_job() {
-    let mut bed = Bed::new(2, 2);
+    let mut bed = Bed::builder().shards(2).pods(2).bed_default();
     let env = bed.env(0);
     bed.cluster.shards[1].pods[1].redis.kill();
     let out = run("post-provision", &env);
@@ -178,7 +178,7 @@ fn an_unreachable_pika_fails_clearly_and_a_rerun_finishes_the_job() {
 
 #[test]
 fn a_dashboard_error_is_reported_with_its_cause_and_a_rerun_finishes() {
-    let bed = Bed::new(2, 1);
+    let bed = Bed::builder().shards(2).pods(1).bed_default();
     bed.codis.fail_next_on("/api/topom/group/add", 1, testbed::Fault::Status800("injected cause for the test".into()));
     let out = run("post-provision", &bed.env(0));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
@@ -190,7 +190,7 @@ fn a_dashboard_error_is_reported_with_its_cause_and_a_rerun_finishes() {
 
 #[test]
 fn a_replica_that_never_syncs_ends_the_run_with_75_naming_it() {
-    let cluster = support::ClusterFixture::with_password(1, 2, Some("cluster-secret-3"));
+    let cluster = support::ClusterFixture::builder().shards(1).pods(2).password("cluster-secret-3").build();
     // The replica presents the wrong password to its master, so its link never comes up.
     let _ = cluster.shards[0].pods[1].redis.command(&["CONFIG", "SET", "masterauth", "not-the-password"]);
     let replica = cluster.shards[0].pods[1].fqdn.clone();
@@ -211,7 +211,7 @@ fn a_replica_that_never_syncs_ends_the_run_with_75_naming_it() {
 
 #[test]
 fn rejoin_makes_a_pod_on_an_empty_volume_a_replica_of_the_current_master() {
-    let mut bed = Bed::new(1, 3);
+    let mut bed = Bed::builder().shards(1).pods(3).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     let shard_index = 0;
     let pod = &mut bed.cluster.shards[shard_index].pods[2];
@@ -250,7 +250,7 @@ fn rejoin_makes_a_pod_on_an_empty_volume_a_replica_of_the_current_master() {
 
 #[test]
 fn rejoin_on_a_fresh_cluster_changes_nothing() {
-    let bed = Bed::new(1, 2);
+    let bed = Bed::builder().shards(1).pods(2).bed_default();
     let pod = &bed.cluster.shards[0].pods[1];
     let conf = pod.redis.dir().join("redis.conf");
     let before = std::fs::read_to_string(&conf).unwrap();
@@ -268,7 +268,7 @@ fn under_the_pika_fork_registration_waits_until_the_dashboard_reports_the_replic
     // The fork's health loop fills each server's role and state; registration is done only when they agree with
     // what the pikas report (master at index 0, replicas `slave` in state 0).
     let opts = testbed::DoubleOptions { fork: true, ..testbed::DoubleOptions::default() };
-    let bed = Bed::with(support::ClusterFixture::new(2, 2), opts);
+    let bed = Bed::builder().shards(2).pods(2).bed(opts);
     run_to_completion("post-provision", &bed.env(0));
     for i in 0..2 {
         bed.assert_registered(i, 0);

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cluster_api::{ClusterAnswer, ClusterApi};
-use support::{describe, minimum_moves, moved, run, run_args, run_to_completion, Bed, ClusterFixture, NAMESPACE};
-use testbed::{DoubleOptions, ProxyDouble};
+use support::{describe, minimum_moves, moved, run, run_args, run_to_completion, Bed, NAMESPACE};
+use testbed::ProxyDouble;
 
 type Env = BTreeMap<String, String>;
 
@@ -76,7 +76,7 @@ fn env_1_0(bed: &Bed, index: usize, existing: &[usize], deleting: &[usize]) -> E
 #[test]
 fn a_one_shard_cluster_comes_up_on_both_lines_with_the_bare_all_shards_value() {
     for line in ["1.0", "1.1"] {
-        let bed = Bed::with(ClusterFixture::new(1, 2), DoubleOptions::default());
+        let bed = Bed::builder().shards(1).pods(2).bed_default();
         let env = if line == "1.0" {
             env_1_0(&bed, 0, &[0], &[])
         } else {
@@ -108,7 +108,7 @@ fn a_one_shard_cluster_comes_up_on_both_lines_with_the_bare_all_shards_value() {
 
 #[test]
 fn on_1_1_a_one_shard_cluster_grows_and_shrinks_through_the_bare_value() {
-    let mut bed = Bed::with(ClusterFixture::new(1, 1), DoubleOptions::default());
+    let mut bed = Bed::builder().shards(1).pods(1).bed_default();
     let mut env = bed.env(0);
     env.insert("ALL_SHARDS_POD_FQDNS".into(), bare(&bed, 0));
     run_to_completion("post-provision", &env);
@@ -136,7 +136,7 @@ fn on_1_1_a_one_shard_cluster_grows_and_shrinks_through_the_bare_value() {
 
 #[test]
 fn on_1_0_the_slots_wait_for_every_shard_the_cluster_wants_even_one_whose_component_does_not_exist_yet() {
-    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(3).pods(1).bed_default();
     let api = ClusterApi::start(NAMESPACE, &bed.cluster.name, ClusterAnswer::Stays(vec![("pk".into(), 3)]));
     // Shards 0 and 1 exist; the third Component is not created yet, so neither the var nor the lists name it.
     for index in [0, 1] {
@@ -162,7 +162,7 @@ fn on_1_0_the_slots_wait_for_every_shard_the_cluster_wants_even_one_whose_compon
 
 #[test]
 fn on_1_0_a_shard_the_legacy_list_names_but_the_var_does_not_is_waited_for_without_an_api() {
-    let bed = Bed::with(ClusterFixture::new(2, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(2).pods(1).bed_default();
     // KubeBlocks resolved the var a moment before the third Component existed; the lists already name it.
     let mut env = env_1_0(&bed, 0, &[0], &[]);
     env.extend(legacy(&bed, &[0, 1], &[]));
@@ -176,7 +176,7 @@ fn on_1_0_a_shard_the_legacy_list_names_but_the_var_does_not_is_waited_for_witho
 
 /// What a finished 1.0 provisioning over every shard looks like.
 fn provisioned_1_0(shards: usize) -> Bed {
-    let bed = Bed::with(ClusterFixture::new(shards, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(shards).pods(1).bed_default();
     let all: Vec<usize> = (0..shards).collect();
     for index in 0..shards {
         run_to_completion("post-provision", &env_1_0(&bed, index, &all, &[]));
@@ -229,7 +229,7 @@ fn on_1_0_a_shard_added_during_a_scale_in_waits_for_the_drain_then_takes_its_sha
 
 #[test]
 fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_contacts_nothing() {
-    let bed = Bed::with(ClusterFixture::new(2, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(2).pods(1).bed_default();
     let etcd_before = etcd_entries(&bed);
     let mut on_1_0 = env_1_0(&bed, 0, &[0, 1], &[]);
     on_1_0.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
@@ -261,7 +261,7 @@ fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_co
 #[test]
 fn own_shard_registers_only_this_shard_and_moves_no_slot_on_both_lines() {
     for line in ["1.0", "1.1"] {
-        let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+        let bed = Bed::builder().shards(2).pods(2).bed_default();
         let env_of = |index: usize| {
             let mut env = if line == "1.0" { env_1_0(&bed, index, &[0, 1], &[]) } else { bed.env(index) };
             // Not read with --own-shard: even a value that would be refused does not matter.
@@ -294,7 +294,7 @@ fn own_shard_registers_only_this_shard_and_moves_no_slot_on_both_lines() {
 
 /// Three shards of one pod, slots balanced; shard 2 is the one whose component is deleted.
 fn three() -> Bed {
-    let bed = Bed::with(ClusterFixture::new(3, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(3).pods(1).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     bed
 }
@@ -464,7 +464,7 @@ fn on_1_1_pre_terminate_without_an_api_leaves_codis_alone_when_every_proxy_is_go
     assert!(bed.mutations().is_empty(), "{:?}", bed.mutations());
 
     // The last shard of a cluster: a scale-in always keeps one.
-    let bed = Bed::with(ClusterFixture::new(1, 1), DoubleOptions::default());
+    let bed = Bed::builder().shards(1).pods(1).bed_default();
     let mut env = bed.env(0);
     env.insert("ALL_SHARDS_POD_FQDNS".into(), bare(&bed, 0));
     run_to_completion("post-provision", &env);

@@ -47,7 +47,7 @@ fn lose_volume(fb: &mut FailoverBed, ordinal: u32) {
 
 #[test]
 fn a_replica_back_on_an_empty_volume_rejoins_and_resyncs_the_data() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 2000);
     fb.bed.codis.clear_requests();
     lose_volume(&mut fb, 2);
@@ -66,7 +66,7 @@ fn a_replica_back_on_an_empty_volume_rejoins_and_resyncs_the_data() {
 
 #[test]
 fn the_master_back_on_an_empty_volume_hands_over_first_and_no_key_is_lost() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 3000);
     fb.bed.codis.clear_requests();
     lose_volume(&mut fb, 0);
@@ -105,7 +105,7 @@ fn the_master_back_on_an_empty_volume_hands_over_first_and_no_key_is_lost() {
 
 #[test]
 fn the_master_restarted_in_place_with_its_data_and_no_switchover_hands_over_and_no_key_is_lost() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     fb.persist(0, 0);
     let ledger = preload(&fb, 3000);
     fb.bed.codis.clear_requests();
@@ -127,7 +127,7 @@ fn the_master_restarted_in_place_with_its_data_and_no_switchover_hands_over_and_
 
 #[test]
 fn a_master_whose_replicas_are_all_down_starts_with_the_data_on_its_volume() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     fb.persist(0, 0);
     let ledger = preload(&fb, 1000);
     for ordinal in [1, 2] {
@@ -148,7 +148,7 @@ fn a_master_whose_replicas_are_all_down_starts_with_the_data_on_its_volume() {
 
 #[test]
 fn an_empty_master_with_no_replica_left_is_refused_naming_its_group_when_the_group_held_data() {
-    let mut fb = FailoverBed::new(Options::new(1, 2));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(2));
     let gid = fb.gid(0);
     // The watcher marks the group as holding data once it sees its master take writes.
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 1000));
@@ -175,7 +175,7 @@ fn an_empty_master_with_no_replica_left_is_refused_naming_its_group_when_the_gro
 #[test]
 fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watchers_word_is_refused() {
     // One pod, no writes, its slots assigned. No watcher ever looked: nobody can say the group is empty.
-    let mut fb = FailoverBed::new(Options::new(1, 1));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(1));
     let gid = fb.gid(0);
     lose_volume(&mut fb, 0);
     let out = fb.rejoin(0, 0, &[]);
@@ -206,7 +206,7 @@ fn mark(fb: &FailoverBed, gid: u32) -> Option<String> {
 
 #[test]
 fn with_codis_unreachable_rejoin_fails_closed_and_never_starts_a_master() {
-    let mut fb = FailoverBed::new(Options::new(1, 2));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(2));
     kill9(&fb.pods(0)[0]);
     fb.pod_mut(0, 0).redis.kill();
     fb.pod_mut(0, 1).redis.kill();
@@ -225,7 +225,7 @@ fn with_codis_unreachable_rejoin_fails_closed_and_never_starts_a_master() {
 
 #[test]
 fn a_master_that_must_hand_over_while_etcd_is_down_does_not_start_until_it_can() {
-    let mut fb = FailoverBed::new(Options::new(1, 3));
+    let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 500);
     lose_volume(&mut fb, 0);
     fb.bed.cluster.etcd.stop();

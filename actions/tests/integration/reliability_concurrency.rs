@@ -19,8 +19,8 @@ use std::time::Duration;
 use attack::{resp, run_until_done, settled, watch, Watched, Writer};
 use rollout::{bed_with_master, codis_master, promotes, switchover_env};
 use summary::Category;
-use support::{Bed, ClusterFixture};
-use testbed::{DoubleOptions, Ledger, Workload, WorkloadOptions};
+use support::Bed;
+use testbed::{Ledger, Workload, WorkloadOptions};
 
 type Env = BTreeMap<String, String>;
 
@@ -97,7 +97,7 @@ fn one_master(bed: &Bed, index: usize) {
 
 #[test]
 fn two_shard_adds_then_two_shard_removes_at_once_lose_no_slot_and_end_balanced() {
-    let mut bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+    let mut bed = Bed::builder().shards(2).pods(2).bed_default();
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     let live = vec![0, 1];
     let mut adds = Category::new("concurrent: shard-add with shard-add (two shards)");
@@ -138,7 +138,7 @@ fn two_shard_adds_then_two_shard_removes_at_once_lose_no_slot_and_end_balanced()
 
 #[test]
 fn the_same_shard_added_twice_at_once_and_a_shard_added_while_another_is_removed_converge() {
-    let mut bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+    let mut bed = Bed::builder().shards(2).pods(2).bed_default();
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     let mut live = vec![0, 1];
     let mut twice = Category::new("concurrent: shard-add with shard-add (same shard)");
@@ -242,7 +242,7 @@ fn switchover_during_drain(switched: usize, rounds: usize) {
     let mut pairs = Category::new(format!("concurrent: switchover (shard {switched} master) with drain of shard 2"));
     let mut writes = Category::new("writer: acked writes kept, switchover during a drain");
     for rep in 0..rounds {
-        let bed = Bed::with(ClusterFixture::new(3, 2), DoubleOptions::default());
+        let bed = Bed::builder().shards(3).pods(2).bed_default();
         run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
         bed.codis.set_default_migration_ticks(8);
         let shard = &bed.cluster.shards[switched];

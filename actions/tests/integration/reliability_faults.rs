@@ -31,7 +31,7 @@ type Env = BTreeMap<String, String>;
 
 /// `shards` × `pods`, provisioned over Codis's 1024 slots.
 fn provisioned(shards: usize, pods: usize) -> Bed {
-    let bed = Bed::with(ClusterFixture::new(shards, pods), DoubleOptions::default());
+    let bed = Bed::builder().shards(shards).pods(pods).bed_default();
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     bed
 }
@@ -58,7 +58,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             action: "post-provision",
             setup: || {
-                let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+                let bed = Bed::builder().shards(2).pods(2).bed_default();
                 let env = bed.env(0);
                 (bed, env)
             },
@@ -525,7 +525,7 @@ fn a_pika_that_stops_answering_ends_the_run_within_its_budget_and_a_rerun_finish
     });
 
     frozen.trial("post-provision with a hung replica", || {
-        let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+        let bed = Bed::builder().shards(2).pods(2).bed_default();
         let mut env = bed.env(0);
         env.insert("ACTION_BUDGET_SECONDS".into(), "6".into());
         let ice = Frozen::new(&bed.cluster.shards[1].pod(1).redis);
@@ -549,7 +549,7 @@ fn a_replica_that_never_syncs_is_reported_and_never_promoted() {
     let mut never = Category::new("replica never syncs");
 
     never.trial("member-join of a pod that cannot sync: exit 75 naming it, then done once it can", || {
-        let mut cluster = ClusterFixture::with_password(1, 1, Some("never-syncs-pw"));
+        let mut cluster = ClusterFixture::builder().shards(1).pods(1).password("never-syncs-pw").build();
         cluster.add_pod(0);
         let bed = Bed::with(cluster, DoubleOptions::default());
         let mut env = bed.env(0);

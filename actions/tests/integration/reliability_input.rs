@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use attack::{etcd_entries, run_until_done, texts};
 use summary::{Category, Kind};
-use support::{run, Bed, ClusterFixture, NAMESPACE};
-use testbed::DoubleOptions;
+use support::{run, Bed, NAMESPACE};
 
 type Env = BTreeMap<String, String>;
 
@@ -452,7 +451,7 @@ fn refused(bed: &Bed, action: &str, env: &Env, names: &str) -> Result<(), String
 
 #[test]
 fn bad_input_to_any_action_of_a_live_cluster_is_exit_2_naming_the_variable_and_changes_nothing() {
-    let bed = Bed::with(ClusterFixture::new(2, 2), DoubleOptions::default());
+    let bed = Bed::builder().shards(2).pods(2).bed_default();
     run_until_done("post-provision", &bed.env(0), 10).expect("post-provision");
     // rejoin edits a copy of pod 1's config, never its live one.
     let dir = tempfile::tempdir().expect("temp dir");

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 use attack::{etcd_entries, run_until_done, texts};
 use summary::{Category, Kind};
-use support::{describe, run, Bed, ClusterFixture};
+use support::{describe, run, Bed};
 use testbed::DoubleOptions;
 
 /// Characters that get escaped in URLs and shells, so an encoded leak would show too.
@@ -89,7 +89,7 @@ impl Audit {
 #[test]
 fn no_output_log_line_event_or_record_carries_the_password() {
     let options = DoubleOptions::default();
-    let mut bed = Bed::with(ClusterFixture::with_password(2, 2, Some(PASSWORD)), options);
+    let mut bed = Bed::builder().shards(2).pods(2).password(PASSWORD).bed(options);
     let mut audit =
         Audit { category: Category::of(Kind::Check, "secrets: outputs, logs and events without the password") };
 

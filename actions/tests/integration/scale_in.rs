@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use support::{describe, eventually, minimum_moves, moved, run, run_to_completion, Bed, ClusterFixture, NAMESPACE};
+use support::{describe, eventually, minimum_moves, moved, run, run_to_completion, Bed, NAMESPACE};
 use testbed::codis::SlotState;
 use testbed::{DoubleOptions, ProxyDouble};
 
 /// A bed of `shards` × `pods` whose slots are assigned and balanced (no migration: assignment of a fresh table).
 fn provisioned(shards: usize, pods: usize, opts: DoubleOptions) -> Bed {
-    let bed = Bed::with(ClusterFixture::new(shards, pods), opts);
+    let bed = Bed::builder().shards(shards).pods(pods).bed(opts);
     run_to_completion("post-provision", &bed.env(0));
     bed
 }

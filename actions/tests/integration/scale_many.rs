@@ -21,7 +21,7 @@ const PRELOAD: usize = 3000;
 /// 4 shards of 2 pods provisioned on `line`, and 4 more shards whose Components exist now.
 fn four_plus_four(line: &str) -> Change {
     let t = std::time::Instant::now();
-    let mut c = Change::new(4, 2, SLOTS);
+    let mut c = Change::new(support::Bed::builder().shards(4).pods(2), SLOTS);
     eprintln!("bed after {:.1?}", t.elapsed());
     let first: Vec<usize> = (0..4).collect();
     if line == "1.1" {
@@ -42,7 +42,7 @@ fn four_plus_four(line: &str) -> Change {
 
 /// 8 shards of one pod provisioned on 1.0.
 fn eight() -> Change {
-    let c = Change::new(8, 1, SLOTS);
+    let c = Change::new(support::Bed::builder().shards(8).pods(1), SLOTS);
     let all: Vec<usize> = (0..8).collect();
     for i in 0..8 {
         run_to_completion("post-provision", &c.env_1_0(i, &all, &[]));

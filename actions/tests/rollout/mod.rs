@@ -15,7 +15,7 @@ use crate::support::{describe, eventually, run, run_to_completion, Bed, NAMESPAC
 /// A bed of one shard of `pods` pods, registered, with the master at ordinal `master` (moved there by an explicit
 /// switchover) and Codis's request log cleared.
 pub fn bed_with_master(pods: usize, master: u32) -> Bed {
-    let bed = Bed::new(1, pods);
+    let bed = Bed::builder().shards(1).pods(pods).bed_default();
     run_to_completion("post-provision", &bed.env(0));
     if master != 0 {
         let out = run("switchover", &switchover_env(&bed, 0, Some(master)));

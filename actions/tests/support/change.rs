@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use testbed::{DoubleOptions, Ledger, ProxyDouble, ProxyOptions, Workload, WorkloadOptions};
 
-use crate::support::{describe, run, Bed, ClusterFixture, NAMESPACE};
+use crate::support::{describe, run, Bed, ClusterBuilder, ClusterFixture, NAMESPACE};
 
 pub type Env = BTreeMap<String, String>;
 
@@ -26,8 +26,9 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn new(shards: usize, pods: usize, slots: usize) -> Self {
-        Self::with(ClusterFixture::new(shards, pods), DoubleOptions { max_slot_num: slots, ..DoubleOptions::default() })
+    /// The cluster `cluster` describes, over `slots` slots.
+    pub fn new(cluster: ClusterBuilder, slots: usize) -> Self {
+        Self::with(cluster.build(), DoubleOptions { max_slot_num: slots, ..DoubleOptions::default() })
     }
 
     pub fn with(cluster: ClusterFixture, opts: DoubleOptions) -> Self {

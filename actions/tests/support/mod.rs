@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
 pub use testbed::cluster::{
-    eventually, minimum_moves, moved, Bed, ClusterFixture, PodFixture, ShardFixture, NAMESPACE, PIKA_PORT,
+    eventually, minimum_moves, moved, Bed, ClusterBuilder, ClusterFixture, PodFixture, ShardFixture, NAMESPACE,
+    PIKA_PORT,
 };
 
 /// A client of the test bed's etcd at `endpoint` (`host:port`), connected as the actions connect.

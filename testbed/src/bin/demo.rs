@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use testbed::cluster::{Bed, ClusterFixture};
+use testbed::cluster::Bed;
 use testbed::{DoubleOptions, ProxyDouble};
 
 fn main() -> ExitCode {
@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     }
     println!("== starting etcd, 6 redis-servers (3 shards x 2 pods), the Codis dashboard double and a proxy");
     let opts = DoubleOptions { tick: Duration::from_millis(20), ..DoubleOptions::default() };
-    let mut bed = Bed::with(ClusterFixture::new(3, 2), opts);
+    let mut bed = Bed::builder().shards(3).pods(2).bed(opts);
     let proxy = ProxyDouble::start(bed.codis.product());
     let online = bed.codis.call("PUT", &format!("/api/topom/proxy/online/{{xauth}}/{}", proxy.admin_addr()));
     println!(
