@@ -24,6 +24,8 @@ impl std::fmt::Debug for Secrets {
 /// Everything an action needs.
 #[derive(Debug, Clone)]
 pub struct Context {
+    /// The action's name as KubeBlocks knows it (the tag of its event).
+    pub action: String,
     /// The validated event.
     pub event: Event,
     /// Secrets.
@@ -59,7 +61,7 @@ impl Context {
         let event = Event::from_document(action, doc, template_var)?;
         let secrets = Secrets { pika_password: vars.get(vars::PIKA_PASSWORD).filter(|p| !p.is_empty()).cloned() };
         let budget = Budget::new(event.budget_seconds());
-        Ok(Self { event, secrets, budget })
+        Ok(Self { action: action.to_owned(), event, secrets, budget })
     }
 }
 

@@ -355,34 +355,15 @@ pub struct Watch {
 impl Event {
     /// Parses and validates the rendered document of `action`; `template_var` names the template's source.
     pub fn from_document(action: &str, doc: Value, template_var: &str) -> Result<Self> {
+        // The tag names the variant; checked before parsing, so that another action's event is refused as such.
+        let rendered = doc.get("action").and_then(Value::as_str).unwrap_or("no action's").to_owned();
+        if rendered != action {
+            return Err(Error::invalid(template_var, format!("the {action} template rendered a {rendered} event")));
+        }
         let event: Self = serde_json::from_value(doc)
             .map_err(|e| Error::invalid(template_var, format!("the {action} event does not parse: {e}")))?;
-        if event.action() != action {
-            return Err(Error::invalid(
-                template_var,
-                format!("the {action} template rendered a {} event", event.action()),
-            ));
-        }
         event.validate()?;
         Ok(event)
-    }
-
-    /// The action's kebab-case name.
-    #[must_use]
-    pub fn action(&self) -> &'static str {
-        match self {
-            Self::PostProvision(_) => "post-provision",
-            Self::ShardAdd(_) => "shard-add",
-            Self::ShardRemove(_) => "shard-remove",
-            Self::PreTerminate(_) => "pre-terminate",
-            Self::MemberJoin(_) => "member-join",
-            Self::MemberLeave(_) => "member-leave",
-            Self::Switchover(_) => "switchover",
-            Self::RoleProbe(_) => "role-probe",
-            Self::Rejoin(_) => "rejoin",
-            Self::Topology(_) => "topology",
-            Self::Watch(_) => "watch",
-        }
     }
 
     /// The common fields (every action but `role-probe`).

@@ -141,7 +141,7 @@ impl<'a> Session<'a> {
     /// A lock held by someone else past a third of the budget ends the run with exit 75: KubeBlocks retries it.
     pub async fn lock_topology(&self) -> Result<LockGuard> {
         let key = format!("{}/locks/topology", self.prefix());
-        let holder = format!("{} {}", self.ctx.event.action(), std::process::id());
+        let holder = format!("{} {}", self.ctx.action, std::process::id());
         let wait = self.ctx.budget.cap(self.ctx.budget.remaining() / 3);
         match self.etcd()?.lock(&key, LOCK_TTL, wait, &holder).await {
             Ok(guard) => Ok(guard),

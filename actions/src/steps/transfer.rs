@@ -347,7 +347,7 @@ pub fn group_lock_key(prefix: &str, gid: u32) -> String {
 /// [`Error::InProgress`] when another holder kept it for the whole wait; etcd errors.
 pub async fn lock_group(s: &Session<'_>, gid: u32, wait: Duration) -> Result<LockGuard> {
     let key = group_lock_key(&s.prefix(), gid);
-    let holder = format!("{} {}", s.ctx.event.action(), std::process::id());
+    let holder = format!("{} {}", s.ctx.action, std::process::id());
     match s.etcd()?.lock(&key, GROUP_LOCK_TTL, wait, &holder).await {
         Ok(guard) => Ok(guard),
         Err(crate::clients::etcd::Error::LockBusy { holder, .. }) => Err(Error::InProgress {

@@ -51,16 +51,14 @@ fn record(source: &str, kind: Kind, category: &str, count: usize, failures: usiz
         .ok()
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "tests".to_owned());
-    let binary = format!("{source}-{binary}");
+    let file_name = format!("{source}-{binary}.jsonl");
     let line = format!(
         "{{\"kind\": \"{}\", \"category\": {}, \"count\": {count}, \"failures\": {failures}}}\n",
         kind.label(),
         serde_json::Value::from(category)
     );
     // One write of a short line to a file opened for appending: lines of parallel tests never interleave.
-    if let Ok(mut file) =
-        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{binary}.jsonl")))
-    {
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file_name)) {
         let _ = file.write_all(line.as_bytes());
     }
 }
