@@ -289,27 +289,48 @@ impl std::fmt::Display for DoubleError {
 
 impl std::error::Error for DoubleError {}
 
-/// A projection of the double's state recorded at every change (see [`CodisDouble::start_trace`]).
-type Projection = Box<dyn Fn(&Snapshot) -> serde_json::Value + Send>;
-
-struct Trace {
-    projection: Projection,
+/// A record of the double's state at every change (consecutive equal values collapsed), with the time since it
+/// started. `next` is asked at every release of the state lock, which happens thousands of times a second in a
+/// 1024-slot migration: given the last entry, it returns the new one only when the state reads differently.
+struct Trace<T> {
+    next: NextEntry<T>,
     started: Instant,
-    log: Vec<(Duration, serde_json::Value)>,
+    log: Vec<(Duration, T)>,
 }
 
-/// The owner of every slot (index = slot id, 0 = offline) at every change (see
-/// [`CodisDouble::start_owner_trace`]): what [`Trace`] would record with that projection, without cloning the whole
-/// state at every release of the state lock, which happens thousands of times a second in a 1024-slot migration.
-struct OwnerTrace {
-    started: Instant,
-    log: Vec<(Duration, Vec<u32>)>,
+/// Given a trace's last entry and the state, the entry to record, if the state reads differently.
+type NextEntry<T> = Box<dyn Fn(Option<&T>, &State) -> Option<T> + Send>;
+
+impl<T> Trace<T> {
+    fn start(st: &State, next: NextEntry<T>) -> Self {
+        let log = next(None, st).map(|first| (Duration::ZERO, first)).into_iter().collect();
+        Self { next, started: Instant::now(), log }
+    }
+
+    fn observe(&mut self, st: &State) {
+        if let Some(entry) = (self.next)(self.log.last().map(|(_, last)| last), st) {
+            let at = self.started.elapsed();
+            self.log.push((at, entry));
+        }
+    }
+}
+
+/// A trace of a projection of the whole [`Snapshot`] (see [`CodisDouble::start_trace`]); building the snapshot
+/// clones the stats caches, so it is for short checks against a recording.
+type ProjectionTrace = Trace<serde_json::Value>;
+
+/// The owner of every slot (index = slot id, 0 = offline) (see [`CodisDouble::start_owner_trace`]), compared in
+/// place: for counting moves over a whole change.
+type OwnerTrace = Trace<Vec<u32>>;
+
+fn owners_of(st: &State) -> Vec<u32> {
+    st.topo.slots.iter().map(|s| s.group_id).collect()
 }
 
 /// The state lock; on release, a running trace records the projection if it changed.
 pub(crate) struct StateGuard<'a> {
     guard: MutexGuard<'a, State>,
-    trace: &'a Mutex<Option<Trace>>,
+    trace: &'a Mutex<Option<ProjectionTrace>>,
     owners: &'a Mutex<Option<OwnerTrace>>,
     tracing: &'a AtomicBool,
 }
@@ -332,21 +353,11 @@ impl Drop for StateGuard<'_> {
         if !self.tracing.load(Ordering::SeqCst) {
             return;
         }
-        let mut trace = self.trace.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(t) = trace.as_mut() {
-            let value = (t.projection)(&Snapshot::of(&self.guard));
-            if t.log.last().map(|(_, v)| v) != Some(&value) {
-                let at = t.started.elapsed();
-                t.log.push((at, value));
-            }
+        if let Some(t) = self.trace.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            t.observe(&self.guard);
         }
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(t) = owners.as_mut() {
-            let slots = &self.guard.topo.slots;
-            if t.log.last().is_none_or(|(_, last)| !last.iter().copied().eq(slots.iter().map(|s| s.group_id))) {
-                let at = t.started.elapsed();
-                t.log.push((at, slots.iter().map(|s| s.group_id).collect()));
-            }
+        if let Some(t) = self.owners.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            t.observe(&self.guard);
         }
     }
 }
@@ -359,7 +370,7 @@ pub(crate) struct Shared {
     pub(crate) topom: Mutex<TopomModel>,
     overrides: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
-    trace: Mutex<Option<Trace>>,
+    trace: Mutex<Option<ProjectionTrace>>,
     owners: Mutex<Option<OwnerTrace>>,
     /// Whether either trace runs.
     tracing: AtomicBool,
@@ -656,13 +667,14 @@ impl CodisDouble {
     /// Starts recording `projection` of the state at every change (consecutive equal values collapse), with the
     /// time since this call; replaces a running trace. For checking the order of states against a recording.
     pub fn start_trace(&self, projection: impl Fn(&Snapshot) -> serde_json::Value + Send + 'static) {
-        let first = projection(&self.snapshot());
-        let mut trace = self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner);
-        *trace = Some(Trace {
-            projection: Box::new(projection),
-            started: Instant::now(),
-            log: vec![(Duration::ZERO, first)],
-        });
+        let next = move |last: Option<&serde_json::Value>, st: &State| {
+            let value = projection(&Snapshot::of(st));
+            (last != Some(&value)).then_some(value)
+        };
+        // The state lock before the trace's, as a releasing state guard takes them: no change falls between the
+        // first entry and the flag.
+        let state = self.shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        *self.shared.trace.lock().unwrap_or_else(PoisonError::into_inner) = Some(Trace::start(&state, Box::new(next)));
         self.shared.tracing.store(true, Ordering::SeqCst);
     }
 
@@ -685,12 +697,12 @@ impl CodisDouble {
     /// Starts recording the owner of every slot at every change, consecutive equal ones collapsed, with the time
     /// since this call; replaces a running owner trace. For counting slot moves over a whole change.
     pub fn start_owner_trace(&self) {
-        // The state lock before the trace's, as a releasing state guard takes them: no change falls between the
-        // first entry and the flag.
+        let next = |last: Option<&Vec<u32>>, st: &State| {
+            let same = last.is_some_and(|l| l.iter().copied().eq(st.topo.slots.iter().map(|s| s.group_id)));
+            (!same).then(|| owners_of(st))
+        };
         let state = self.shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = state.topo.slots.iter().map(|s| s.group_id).collect();
-        *self.shared.owners.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(OwnerTrace { started: Instant::now(), log: vec![(Duration::ZERO, first)] });
+        *self.shared.owners.lock().unwrap_or_else(PoisonError::into_inner) = Some(Trace::start(&state, Box::new(next)));
         self.shared.tracing.store(true, Ordering::SeqCst);
     }
 
