@@ -1,7 +1,7 @@
 //! The event templates, driven through the real binary the way KubeBlocks runs it: a realistic environment in, the
 //! exact event out (golden files), and every kind of bad input rejected with exit 2 naming the variable.
 //!
-//! Regenerate the golden files after an intended change with `UPDATE_GOLDEN=1 cargo test -p pika-action --test render`,
+//! Regenerate the golden files after an intended change with `UPDATE_GOLDEN=1 cargo test -p pika-action --test integration render`,
 //! then read the diff value by value and update `tests/golden/REVIEW.md` (the files were reviewed by hand).
 
 use std::collections::BTreeMap;

@@ -2,18 +2,16 @@
 //! a chart repository kbcli can pull the cluster chart from, values the charts refuse, and the install-time check
 //! of the KubeBlocks line against a KubeBlocks API (`lookup`, served by a minimal API server).
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::support::{addon_cr, addon_dir, cluster_dir, ADDON_VALUE_SETS, CLUSTER_VALUE_SETS, LINES};
 use chart_tests::helm::{helm, Options};
 use chart_tests::manifest::str_at;
 use serde_json::{json, Value};
-use support::{addon_cr, addon_dir, cluster_dir, ADDON_VALUE_SETS, CLUSTER_VALUE_SETS, LINES};
 
 #[test]
 fn helm_lint_strict_passes_both_charts_for_both_lines_and_every_value_set() {
@@ -254,8 +252,8 @@ fn installing_the_addon_for_the_other_line_than_the_running_kubeblocks_fails_nam
 
 #[test]
 fn every_helm_install_and_upgrade_of_the_readme_renders() {
-    let mut commands = support::readme_commands("helm install");
-    commands.extend(support::readme_commands("helm upgrade"));
+    let mut commands = crate::support::readme_commands("helm install");
+    commands.extend(crate::support::readme_commands("helm upgrade"));
     assert!(commands.len() >= 4, "the README shows helm install and upgrade: {commands:?}");
     let root = chart_tests::repo_root();
     for words in commands {

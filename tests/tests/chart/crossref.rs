@@ -1,15 +1,13 @@
 //! What no schema can see: the rendered objects agree with each other, with the cluster chart, with pika-action's
 //! command line and environment, with the Dockerfile and with the shipped files.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::support::{addon, addon_cr, addon_dir, cluster, cluster_dir, cmpd, examples, LINES};
 use chart_tests::helm::{helm, Options};
 use chart_tests::manifest::{array_at, containers, def_matches, exec_actions, find, of_kind, str_at, Doc};
 use clap::CommandFactory;
 use serde_json::Value;
-use support::{addon, addon_cr, addon_dir, cluster, cluster_dir, cmpd, examples, LINES};
 
 /// Where the Dockerfile puts pika-action, and where every action runs it from.
 const ACTION_BIN: &str = "/bin/pika-action";

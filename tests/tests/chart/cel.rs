@@ -3,19 +3,17 @@
 //! a rendered Cluster and on edits of the example OpsRequests. Every rule that applies to these objects is broken
 //! once on a real object and must be reported.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
+use crate::support::{
+    addon, addon_cr, addon_dir, cluster_dir, cmpd, examples, render_with, ADDON_VALUE_SETS, CLUSTER_VALUE_SETS, LINES,
+};
 use chart_tests::cel::{Outcome, Rule};
 use chart_tests::manifest::{find, Doc};
 use chart_tests::schema::{schemas, CelCheck};
 use chart_tests::SCHEMA_VERSIONS;
 use serde_json::{json, Value};
-use support::{
-    addon, addon_cr, addon_dir, cluster_dir, cmpd, examples, render_with, ADDON_VALUE_SETS, CLUSTER_VALUE_SETS, LINES,
-};
 
 /// Every object these tests validate: both lines of the addon with every value set, the cluster chart with every
 /// value set, the examples and the Addon object.

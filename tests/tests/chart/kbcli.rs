@@ -3,17 +3,15 @@
 //! real Helm with the chart's schema checked, the same values checked by the schema alone, the Cluster validated
 //! against the CRDs. Real mistakes must still be refused.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::{cluster_dir, render_with};
 use chart_tests::helm::{helm, Options};
 use chart_tests::kbcli::{self, lower_camel_case, Flag};
 use chart_tests::manifest::{at, find, Doc};
 use chart_tests::schema::schemas;
 use chart_tests::SCHEMA_VERSIONS;
 use serde_json::{json, Value};
-use support::{cluster_dir, render_with};
 
 fn schema_of(chart: &Path) -> Value {
     let text = std::fs::read_to_string(chart.join("values.schema.json")).expect("values.schema.json");
@@ -227,7 +225,7 @@ fn a_schema_kbcli_cannot_fill_fails_as_kbcli_fails() {
 
 #[test]
 fn every_kbcli_cluster_create_of_the_readme_creates_a_valid_cluster() {
-    let commands = support::readme_commands("kbcli cluster create pika");
+    let commands = crate::support::readme_commands("kbcli cluster create pika");
     assert!(commands.len() >= 2, "the README shows kbcli cluster create: {commands:?}");
     for words in commands {
         let name = words[4].as_str();

@@ -1,19 +1,17 @@
 //! Every object both charts render, the example manifests and the Addon object, validated against the KubeBlocks CRD
 //! schemas of v1.0.2 and main; and proof that the validation catches what the API server would reject.
 
-mod support;
-
 use std::collections::BTreeMap;
 
+use crate::support::{
+    addon, addon_cr, addon_dir, cluster_dir, cmpd, examples, render_with, schema_version_of, ADDON_VALUE_SETS,
+    CLUSTER_VALUE_SETS, LINES,
+};
 use chart_tests::helm::summary;
 use chart_tests::manifest::{find, Doc};
 use chart_tests::schema::schemas;
 use chart_tests::SCHEMA_VERSIONS;
 use serde_json::{json, Value};
-use support::{
-    addon, addon_cr, addon_dir, cluster_dir, cmpd, examples, render_with, schema_version_of, ADDON_VALUE_SETS,
-    CLUSTER_VALUE_SETS, LINES,
-};
 
 fn assert_valid(what: &str, docs: &[Doc]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
@@ -252,7 +250,7 @@ fn an_apiversion_a_line_does_not_serve_is_rejected() {
 #[test]
 fn the_api_servers_defaults_fill_required_fields_before_validation() {
     // Cluster componentSpecs[].replicas is required and defaults to 1: the API server accepts a component without.
-    let mut cluster = support::cluster()[0].object.clone();
+    let mut cluster = crate::support::cluster()[0].object.clone();
     cluster["spec"]["componentSpecs"][1].as_object_mut().expect("codis-dashboard").remove("replicas");
     // flattenFormat.keyValueDelimiter is required and defaults to ":".
     let mut group = cmpd(addon("1.0"), "pika-group-").object.clone();
