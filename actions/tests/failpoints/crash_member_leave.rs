@@ -26,11 +26,12 @@ fn listed(bed: &Bed) -> BTreeSet<u32> {
     bed.cluster.shards[0].pods.iter().filter(|p| snap.server(&p.server()).is_some()).map(|p| p.ordinal).collect()
 }
 
-/// Checks the converged group after `leaving` left, with `master` expected at index 0.
-fn assert_converged(bed: &Bed, leaving: u32, master: u32, label: &str) {
+/// Checks the converged group after `leaving` left, with one of `masters` at index 0.
+fn assert_converged(bed: &Bed, leaving: u32, masters: &BTreeSet<u32>, label: &str) {
     let remaining: BTreeSet<u32> = (0..3).filter(|o| *o != leaving).collect();
     assert_eq!(listed(bed), remaining, "{label}: servers left in codis");
-    assert_eq!(codis_master(bed), master, "{label}: codis master");
+    let master = codis_master(bed);
+    assert!(masters.contains(&master), "{label}: codis master {master}, expected one of {masters:?}");
     let masters: BTreeSet<u32> = pika_masters(bed).into_iter().filter(|o| remaining.contains(o)).collect();
     assert_eq!(masters, BTreeSet::from([master]), "{label}: pika masters among the remaining members");
     let port = bed.cluster.shards[0].pod(master).redis.port();
@@ -50,7 +51,7 @@ fn assert_converged(bed: &Bed, leaving: u32, master: u32, label: &str) {
 }
 
 /// Crashes `member-leave` of pod `leaving` of a 3-pod group whose master is `master` at every mutation in turn.
-fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_master: u32) {
+fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_masters: &BTreeSet<u32>) {
     for n in 1..60 {
         let bed = bed_with_master(3, master);
         let env = leave_env(&bed, leaving);
@@ -75,7 +76,7 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
         ledger.merge(writer.stop());
         let Some(rerun) = rerun else {
             assert!(watched.violations.is_empty(), "crash-free run: {:?}", watched.violations);
-            assert_converged(&bed, leaving, expected_master, "crash-free run");
+            assert_converged(&bed, leaving, expected_masters, "crash-free run");
             ledger.verify_kept(&proxy.data_addr(), &bed.codis).unwrap_or_else(|e| panic!("crash-free run: {e}"));
             return;
         };
@@ -87,7 +88,7 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
             rerun.unwrap_or_else(|e| panic!("rerun: {e}"));
             let expected_promotes = usize::from(master == leaving);
             assert_eq!(promotes(&bed), expected_promotes, "promotes {:?}", bed.mutations());
-            assert_converged(&bed, leaving, expected_master, "converged");
+            assert_converged(&bed, leaving, expected_masters, "converged");
             assert!(watched.violations.is_empty(), "{:?}", watched.violations);
             ledger.verify_kept(&proxy.data_addr(), &bed.codis).unwrap_or_else(|e| panic!("converged: {e}"));
         });
@@ -99,11 +100,13 @@ fn crash_everywhere(points: &mut Category, master: u32, leaving: u32, expected_m
 fn member_leave_converges_after_a_crash_before_any_of_its_steps() {
     let mut points = Category::new("crash: member-leave");
     // A replica leaves: one group/del under the lock.
-    crash_everywhere(&mut points, 0, 2, 0);
+    crash_everywhere(&mut points, 0, 2, &BTreeSet::from([0]));
     let replica_points = points.trials();
-    // The master leaves: fence, promote (the ordinal rule: nothing above 2, so the lowest below, 0), re-point the
-    // other replica and the old master, clear the fence, then the del.
-    crash_everywhere(&mut points, 2, 2, 0);
+    // The master leaves: fence, promote, re-point the other replica and the old master, clear the fence, then the
+    // del. The least lagging replica is promoted, the ordinal rule (nothing above 2, so the lowest below, 0) only
+    // breaking ties; with the writer running either replica can be a few bytes behind when they are surveyed, so
+    // either may be the new master. The rule itself is property-tested in plan.
+    crash_everywhere(&mut points, 2, 2, &BTreeSet::from([0, 1]));
     assert!(replica_points >= 2, "only {replica_points} crash points for a replica: are the hooks wired?");
     assert!(
         points.trials() - replica_points >= 7,
