@@ -540,6 +540,25 @@ mod tests {
         assert!(err.contains("PIKA_PORT"), "{err}");
     }
 
+    /// A template function's refusal reaches the caller as the variable at fault, by Tera and without it: not as
+    /// the template, which is what the exit-2 message would otherwise blame.
+    #[test]
+    fn a_rejected_variable_is_the_one_named() {
+        let vars: VarMap = [("PIKA_PORT".to_owned(), "port".to_owned())].into();
+        for (how, result) in [
+            ("without Tera", role_probe_event(&vars, KbLine::V1_1)),
+            ("with Tera", render_template("role-probe", KbLine::V1_1, &vars, &[], None)),
+        ] {
+            match result {
+                Err(Error::InvalidInput { var, reason }) => {
+                    assert_eq!(var, "PIKA_PORT", "{how}: {reason}");
+                    assert_eq!(reason, "\"port\" is not a number", "{how}");
+                }
+                other => panic!("{how}: {other:?}"),
+            }
+        }
+    }
+
     fn render_shards(all: &str) -> Result<Value> {
         let vars: VarMap = [
             ("CLUSTER_NAME", "c1"),
