@@ -18,12 +18,8 @@ pub struct HostPort {
 impl HostPort {
     /// Reads `host:port` ([`check_host_port`]'s rules), surrounding whitespace ignored.
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let raw = raw.trim();
-        check_host_port(raw)?;
-        let (host, port) = raw.rsplit_once(':').ok_or_else(|| format!("{raw:?} is not host:port"))?;
-        let port = port.parse().map_err(|_| format!("{raw:?} has no valid port"))?;
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-        Ok(Self { host: host.to_owned(), port })
+        let (host, port) = split_host_port(raw.trim())?;
+        Ok(Self::new(host.to_owned(), port))
     }
 
     /// The address of `port` on `host`, a host already checked ([`check_host`]); IPv6 without brackets.
@@ -145,10 +141,15 @@ pub fn check_fqdn(fqdn: &str) -> std::result::Result<(), String> {
 
 /// `host:port` with a valid host ([`check_host`]) and a port in 1..=65535.
 pub fn check_host_port(raw: &str) -> std::result::Result<(), String> {
+    split_host_port(raw).map(drop)
+}
+
+/// [`check_host_port`]'s rule, keeping the parts: the host as written (brackets included) and the port.
+fn split_host_port(raw: &str) -> std::result::Result<(&str, u16), String> {
     let (host, port) = raw.rsplit_once(':').ok_or_else(|| format!("{raw:?} is not host:port"))?;
     check_host(host).map_err(|why| format!("{raw:?} has no valid host: {why}"))?;
     match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(()),
+        Ok(p) if p > 0 => Ok((host, p)),
         _ => Err(format!("{raw:?} has no valid port")),
     }
 }

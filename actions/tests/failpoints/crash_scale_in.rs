@@ -6,42 +6,14 @@
 //! scale-in and while the crashed run and its rerun work are all read back afterwards, through the proxy and from the
 //! masters owning their slots.
 
+use crate::attack;
 use crate::summary;
 use crate::support;
 
 use std::collections::BTreeMap;
 
-use support::{describe, run, run_to_completion, Bed, NAMESPACE};
+use support::{describe, run, run_to_completion, Bed};
 use testbed::{Ledger, ProxyDouble, Workload, WorkloadOptions};
-
-/// The etcd keys of this cluster.
-fn etcd_keys(bed: &Bed) -> Vec<String> {
-    with_etcd(bed, |etcd, prefix| async move {
-        etcd.list(&prefix).await.expect("list").into_iter().map(|(k, _)| k).collect()
-    })
-}
-
-/// What the aborted process's lease expiring does, without waiting the lock TTL out: its lock keys go.
-fn expire_locks(bed: &Bed) {
-    with_etcd(bed, |etcd, prefix| async move {
-        for (key, _) in etcd.list(&prefix).await.expect("list") {
-            if key.contains("/locks/") {
-                etcd.delete(&key).await.expect("delete");
-            }
-        }
-    });
-}
-
-fn with_etcd<T, F: std::future::Future<Output = T>>(
-    bed: &Bed,
-    f: impl FnOnce(pika_action::clients::etcd::Etcd, String) -> F,
-) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
-        f(etcd, pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name)).await
-    })
-}
 
 /// A scale-in about to happen: 3 shards of 2 pods over Codis's 1024 slots holding keys, the last one leaving.
 struct Case {
@@ -74,8 +46,8 @@ fn assert_converged(c: &Case, n: usize) {
     }
     // Every slot in a remaining group (none lost, none offline), none migrating, ±1.
     c.bed.assert_balanced(&c.remaining);
-    let stale: Vec<String> = etcd_keys(&c.bed)
-        .into_iter()
+    let stale: Vec<String> = attack::etcd_entries(&c.bed)
+        .into_keys()
         .filter(|k| k.ends_with(&format!("/groups/{}", c.leaving)) || k.contains("/drains/"))
         .collect();
     assert!(stale.is_empty(), "crash point {n}: etcd records left: {stale:?}");
@@ -115,7 +87,7 @@ fn shard_remove_converges_after_a_crash_before_any_of_its_steps() {
                 "run {n} failed without crashing: {}",
                 describe(&out)
             );
-            expire_locks(&c.bed);
+            attack::expire_locks(&c.bed);
             run_to_completion("shard-remove", &c.env);
             c.ledger.merge(writer.stop());
             assert_converged(&c, n);

@@ -21,11 +21,8 @@ use testbed::{Ledger, Workload, WorkloadOptions};
 const MINIMUM_POINTS: usize = 7;
 
 fn fence(bed: &Bed) -> Option<String> {
-    let prefix = pika_action::clients::etcd::cluster_prefix(support::NAMESPACE, &bed.cluster.name);
-    let key = pika_action::steps::transfer::fence_key(&prefix, bed.gid(0).unwrap());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.unwrap();
+    crate::attack::with_etcd(bed, |etcd, prefix| async move {
+        let key = pika_action::steps::transfer::fence_key(&prefix, bed.gid(0).unwrap());
         etcd.get(&key).await.unwrap().map(|e| e.value)
     })
 }

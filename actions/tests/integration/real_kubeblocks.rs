@@ -9,7 +9,6 @@ use crate::cluster_api;
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use cluster_api::{ClusterAnswer, ClusterApi};
 use support::{describe, minimum_moves, moved, run, run_args, run_to_completion, Bed, NAMESPACE};
@@ -32,16 +31,6 @@ fn bare(bed: &Bed, index: usize) -> String {
 
 fn creates(bed: &Bed) -> usize {
     bed.mutations().iter().filter(|p| p.contains("/slots/action/create")).count()
-}
-
-/// Every key of the cluster in etcd, with its value.
-fn etcd_entries(bed: &Bed) -> BTreeMap<String, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name);
-        etcd.list(&prefix).await.expect("list").into_iter().map(|(k, e)| (k, e.value)).collect()
-    })
 }
 
 /// The legacy lists of a 1.0.x Cluster whose shard Components are exactly `existing` (short names; `deleting` among
@@ -230,7 +219,7 @@ fn on_1_0_a_shard_added_during_a_scale_in_waits_for_the_drain_then_takes_its_sha
 #[test]
 fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_contacts_nothing() {
     let bed = Bed::builder().shards(2).pods(1).bed_default();
-    let etcd_before = etcd_entries(&bed);
+    let etcd_before = crate::attack::etcd_entries(&bed);
     let mut on_1_0 = env_1_0(&bed, 0, &[0, 1], &[]);
     on_1_0.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
     let mut on_1_1 = bed.env(0);
@@ -253,7 +242,7 @@ fn an_addon_installed_for_the_other_line_is_exit_2_naming_kubeblocks_line_and_co
         assert!(bed.codis.requests().is_empty(), "{args:?} contacted the dashboard: {:?}", bed.codis.requests());
     }
     assert!(bed.codis.snapshot().groups.is_empty());
-    assert_eq!(etcd_entries(&bed), etcd_before, "etcd untouched");
+    assert_eq!(crate::attack::etcd_entries(&bed), etcd_before, "etcd untouched");
 }
 
 // ---- --own-shard ---------------------------------------------------------------------------------------------------
@@ -448,15 +437,7 @@ fn on_1_1_pre_terminate_without_an_answering_api_drains_unless_codis_shows_a_clu
 fn on_1_1_pre_terminate_without_an_api_leaves_codis_alone_when_every_proxy_is_gone_or_it_is_the_last_shard() {
     // A cluster deletion terminates the proxies first: Codis reaches none of them.
     let bed = three();
-    let proxy = ProxyDouble::start(bed.codis.product());
-    let x = bed.codis.xauth().to_owned();
-    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/online/{x}/{}", proxy.addr())).is_ok());
-    proxy.stop();
-    let token = proxy.token();
-    assert!(bed
-        .codis
-        .wait_for(Duration::from_secs(5), |s| s.proxy_stats.get(&token).is_some_and(|e| e.error.is_some()))
-        .is_some());
+    let _proxy = crate::attack::dead_proxy(&bed);
     bed.codis.clear_requests();
     let out = run("pre-terminate", &pre_terminate_env(&bed, None));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use support::{describe, eventually, minimum_moves, moved, run, run_to_completion, Bed, NAMESPACE};
+use support::{describe, eventually, minimum_moves, moved, run, run_to_completion, Bed};
 use testbed::codis::SlotState;
-use testbed::{DoubleOptions, ProxyDouble};
+use testbed::DoubleOptions;
 
 /// A bed of `shards` × `pods` whose slots are assigned and balanced (no migration: assignment of a fresh table).
 fn provisioned(shards: usize, pods: usize, opts: DoubleOptions) -> Bed {
@@ -38,16 +38,6 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Keys of this cluster in etcd.
-fn etcd_keys(bed: &Bed) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name);
-        etcd.list(&prefix).await.expect("list").into_iter().map(|(k, _)| k).collect()
-    })
-}
-
 /// What a finished removal of shard `index` (which had group `gid`) onto `remaining` must leave: the group gone, none
 /// of its pods in any group, no slot in it or migrating to it, every slot owned by a remaining group, balanced, and
 /// its etcd records deleted.
@@ -58,8 +48,8 @@ fn assert_removed(bed: &Bed, index: usize, gid: u32, remaining: &[u32]) {
         assert!(snap.server(&pod.server()).is_none(), "{} is still registered", pod.name);
     }
     bed.assert_balanced(remaining);
-    let stale: Vec<String> = etcd_keys(bed)
-        .into_iter()
+    let stale: Vec<String> = crate::attack::etcd_entries(bed)
+        .into_keys()
         .filter(|k| k.ends_with(&format!("/groups/{gid}")) || k.contains("/drains/"))
         .collect();
     assert!(stale.is_empty(), "etcd records left behind: {stale:?}");
@@ -310,15 +300,8 @@ fn removing_the_last_shard_is_refused() {
 #[test]
 fn an_unreachable_proxy_is_refused_naming_it_and_once_it_is_removed_the_drain_goes_ahead() {
     let bed = provisioned(2, 1, DoubleOptions::default());
-    let proxy = ProxyDouble::start(bed.codis.product());
-    let x = bed.codis.xauth().to_owned();
-    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/online/{x}/{}", proxy.addr())).is_ok());
-    proxy.stop();
-    let token = proxy.token();
-    assert!(bed
-        .codis
-        .wait_for(Duration::from_secs(5), |s| s.proxy_stats.get(&token).is_some_and(|e| e.error.is_some()))
-        .is_some());
+    let proxy = crate::attack::dead_proxy(&bed);
+    let (x, token) = (bed.codis.xauth().to_owned(), proxy.token());
     let env = remove_env(&bed, 1, &[0, 1]);
     assert_refused(&bed, &env, &["proxy", &proxy.admin_addr(), "would hang"]);
 

@@ -36,9 +36,7 @@ fn fence_key(bed: &Bed) -> String {
 
 /// Reads (`None` value) or writes the group's fence in etcd, as a crashed run would have left it.
 fn fence(bed: &Bed, write: Option<&str>) -> Option<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.cluster.etcd.endpoint()).await.unwrap();
+    crate::attack::with_etcd(bed, |etcd, _| async move {
         if let Some(value) = write {
             etcd.put(&fence_key(bed), value, Some(Duration::from_secs(30))).await.unwrap();
         }
@@ -342,15 +340,8 @@ fn topology_shows_every_group_flags_a_second_master_and_a_replica_switchover_rep
 fn a_proxy_codis_cannot_reach_refuses_the_transfer_before_anything_is_written() {
     // A promote pushes the group's slots to every proxy; with one dead it would stall in `preparing`.
     let bed = bed_with_master(2, 0);
-    let proxy = testbed::ProxyDouble::start(bed.codis.product());
-    let x = bed.codis.xauth().to_owned();
-    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/online/{x}/{}", proxy.addr())).is_ok());
-    proxy.stop();
-    let token = proxy.token();
-    assert!(bed
-        .codis
-        .wait_for(Duration::from_secs(5), |s| s.proxy_stats.get(&token).is_some_and(|e| e.error.is_some()))
-        .is_some());
+    let proxy = crate::attack::dead_proxy(&bed);
+    let (x, token) = (bed.codis.xauth().to_owned(), proxy.token());
     bed.codis.clear_requests();
     let out = run("switchover", &switchover_env(&bed, 0, None));
     let stderr = String::from_utf8_lossy(&out.stderr);

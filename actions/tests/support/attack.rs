@@ -53,6 +53,21 @@ pub fn with_etcd<T, F: std::future::Future<Output = T>>(
     })
 }
 
+/// A proxy that Codis onlined and can no longer reach: started, onlined, stopped, and seen unreachable by the
+/// dashboard's stats (the stopped proxy is returned for its token and address).
+pub fn dead_proxy(bed: &Bed) -> testbed::ProxyDouble {
+    let proxy = testbed::ProxyDouble::start(bed.codis.product());
+    let x = bed.codis.xauth().to_owned();
+    assert!(bed.codis.call("PUT", &format!("/api/topom/proxy/online/{x}/{}", proxy.addr())).is_ok());
+    proxy.stop();
+    let token = proxy.token();
+    assert!(bed
+        .codis
+        .wait_for(Duration::from_secs(5), |s| s.proxy_stats.get(&token).is_some_and(|e| e.error.is_some()))
+        .is_some());
+    proxy
+}
+
 /// Every key of this cluster in etcd with its value.
 pub fn etcd_entries(bed: &Bed) -> BTreeMap<String, String> {
     with_etcd(bed, |etcd, prefix| async move {
