@@ -11,15 +11,20 @@
 //!   twice counts twice), against the one-step minimum over the final topology.
 //!
 //! Each time runs from the first action's start to the moment every action has exited 0 and Codis holds no slot
-//! action. The lower bound printed is the most slots any one group sends or receives: Codis migrates at most one
-//! slot per group at a time, so no procedure finishes in fewer executor rounds.
+//! action. `bound` is the most slots any one group sends or receives: Codis's executor takes at most one slot per
+//! group into a round (as source or target) and waits for the whole round, and a pika source migrates one slot at a
+//! time whatever Codis does (its migrate thread refuses a batch for another slot or target while one runs), so no
+//! sequence of slot actions finishes in fewer rounds. `rounds` is how many the double's executor ran for the change
+//! and `width` the slots per round on average: a change that reaches `bound` rounds is as parallel as Codis allows.
+//! `SCALE_BENCH_TIMELINE=1` also prints when each group received its first and last slot.
 //!
 //! `cargo bench -p pika-action --bench scale`; `SCALE_BENCH_RUNS` (default 1) runs of each, `SCALE_BENCH_KEYS`
 //! (default 10000) keys preloaded, `SCALE_BENCH_TICK_MS` (default 10) the double's Codis second scaled,
 //! `SCALE_BENCH_SLOT_TICKS` (default 5) the fewest ticks one slot's migration takes: real Codis spends about 100 ms
 //! per executor round on a loaded cluster (4→8 by its own rebalance, 128 rounds, took 12.4 s), so the rounds, not the
 //! start-up of the action processes, dominate a change; with 1 tick the double migrates a slot in well under a
-//! millisecond and the benchmark measures process start-up instead.
+//! millisecond and the benchmark measures process start-up instead. `SCALE_BENCH_ONLY=4-8,8-4` runs only those
+//! comparisons (`4-8`, `3-4`, `8-4`, `counts` for 8→16 and 16→8).
 
 #[path = "../tests/support/change.rs"]
 mod change;
@@ -52,6 +57,9 @@ struct Sample {
     moves: usize,
     minimum: usize,
     bound: usize,
+    /// Executor rounds the change took, and the slots they took (a slot in two rounds counts twice).
+    rounds: u64,
+    round_slots: u64,
 }
 
 /// `shards` provisioned shards of one pod over 1024 slots (1.1), then `added` more whose Components exist.
@@ -84,18 +92,54 @@ fn measure(s: &Settings, c: &Change, stay: &[usize], change: impl FnOnce()) -> S
     let before = c.bed.owners();
     let (ledger, writer) = c.start_writing(s.keys);
     c.count_moves();
+    let rounds_before = c.bed.codis.executor_rounds();
     let started = Instant::now();
     change();
     while !c.bed.codis.snapshot().with_action().is_empty() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let wall = started.elapsed();
-    let moves = c.moves();
+    let (rounds, round_slots) = {
+        let (r, n) = c.bed.codis.executor_rounds();
+        (r - rounds_before.0, n - rounds_before.1)
+    };
+    let trace = c.bed.codis.take_owner_trace();
+    let moves = moves_of(&trace);
+    if std::env::var_os("SCALE_BENCH_TIMELINE").is_some() {
+        print_timeline(&trace);
+    }
     let gids = c.gids(stay);
     c.bed.assert_balanced(&gids);
     c.check_no_key_lost(ledger, writer);
     let after = c.bed.owners();
-    Sample { wall, moves, minimum: minimum_moves(&before, &gids), bound: busiest(&before, &after) }
+    Sample { wall, moves, minimum: minimum_moves(&before, &gids), bound: busiest(&before, &after), rounds, round_slots }
+}
+
+/// Slot moves in an owner trace: every time a slot owned by a group changed owner.
+fn moves_of(trace: &[(Duration, Vec<u32>)]) -> usize {
+    trace.windows(2).map(|w| w[0].1.iter().zip(&w[1].1).filter(|(b, a)| **b != 0 && b != a).count()).sum()
+}
+
+/// When each group received its first and last slot (`SCALE_BENCH_TIMELINE`): how long the change took to reach its
+/// full width, and whether every group was busy until the end.
+fn print_timeline(trace: &[(Duration, Vec<u32>)]) {
+    let mut per: BTreeMap<u32, (Duration, Duration, usize)> = BTreeMap::new();
+    for w in trace.windows(2) {
+        for (b, a) in w[0].1.iter().zip(&w[1].1) {
+            if *b != 0 && b != a {
+                let e = per.entry(*a).or_insert((w[1].0, w[1].0, 0));
+                e.1 = w[1].0;
+                e.2 += 1;
+            }
+        }
+    }
+    for (gid, (first, last, n)) in per {
+        println!(
+            "    group {gid}: {n} slot(s) received from {:.2}s to {:.2}s",
+            first.as_secs_f64(),
+            last.as_secs_f64()
+        );
+    }
 }
 
 fn add_env(c: &Change, index: usize, listed: &[usize]) -> Env {
@@ -165,11 +209,13 @@ fn row(name: &str, samples: &[Sample]) -> Duration {
     let s = &samples[0];
     let all_min = samples.iter().all(|x| x.moves == x.minimum);
     println!(
-        "{name:<52} {:>8.2}s {:>6} {:>7} {:>6} {}",
+        "{name:<52} {:>8.2}s {:>6} {:>7} {:>6} {:>6} {:>5.2} {}",
         median.as_secs_f64(),
         s.moves,
         s.minimum,
         s.bound,
+        s.rounds,
+        s.round_slots as f64 / s.rounds.max(1) as f64,
         if all_min { "= minimum" } else { "ABOVE the minimum" }
     );
     median
@@ -182,25 +228,51 @@ fn main() {
         slot_ticks: u32::try_from(var("SCALE_BENCH_SLOT_TICKS", 5)).unwrap_or(5),
     };
     let runs = usize::try_from(var("SCALE_BENCH_RUNS", 1).max(1)).unwrap_or(1);
-    let times = |f: &dyn Fn() -> Sample| -> Vec<Sample> { (0..runs).map(|_| f()).collect() };
+    // The two sides of a comparison alternate run by run, so that drift of the machine's speed hits both alike.
+    let pair = |a: &dyn Fn() -> Sample, b: &dyn Fn() -> Sample| -> (Vec<Sample>, Vec<Sample>) {
+        (0..runs).map(|_| (a(), b())).unzip()
+    };
     println!(
         "changes of shard count over 1024 slots, {} keys preloaded + a writer, double tick {:?}, each slot's \
          migration at least {} tick(s), {runs} run(s)",
         s.keys, s.tick, s.slot_ticks
     );
-    println!("{:<52} {:>9} {:>6} {:>7} {:>6}", "change", "median", "moves", "minimum", "bound");
+    println!(
+        "{:<52} {:>9} {:>6} {:>7} {:>6} {:>6} {:>5}",
+        "change", "median", "moves", "minimum", "bound", "rounds", "width"
+    );
 
-    let product = row("4→8 four shard-adds at once", &times(&|| add_at_once(&s, 4, 8)));
-    let codis = row("4→8 register four + slots/rebalance (Codis)", &times(&|| register_then_rebalance(&s, 4, 8)));
-    let product_3 = row("3→4 one shard-add", &times(&|| add_at_once(&s, 3, 4)));
-    let codis_3 = row("3→4 register + slots/rebalance (Codis)", &times(&|| register_then_rebalance(&s, 3, 4)));
-    let drain = row("8→4 four shard-removes in turn", &times(&|| remove_in_turn(&s, 8, 4)));
-    let alone = row("8→7 the busiest leaving group drained alone", &times(&|| drain_one(&s, 8)));
-    row("8→16 eight shard-adds at once", &[add_at_once(&s, 8, 16)]);
-    row("16→8 eight shard-removes in turn", &[remove_in_turn(&s, 16, 8)]);
-    println!();
+    let only = std::env::var("SCALE_BENCH_ONLY").unwrap_or_default();
+    let wanted = |key: &str| only.is_empty() || only.split(',').any(|k| k.trim() == key);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
-    println!("4→8: {:.2}× Codis's register-then-rebalance (target ≤ 0.60×)", ratio(product, codis));
-    println!("3→4: {:.2}× Codis's register-then-rebalance (target ≤ 1.00×)", ratio(product_3, codis_3));
-    println!("8→4: {:.2}× draining the busiest leaving group alone (target ≤ 1.00×)", ratio(drain, alone));
+    let mut ratios = Vec::new();
+    if wanted("4-8") {
+        let (a, b) = pair(&|| add_at_once(&s, 4, 8), &|| register_then_rebalance(&s, 4, 8));
+        let product = row("4→8 four shard-adds at once", &a);
+        let codis = row("4→8 register four + slots/rebalance (Codis)", &b);
+        ratios.push(format!("4→8: {:.2}× Codis's register-then-rebalance (target ≤ 0.60×)", ratio(product, codis)));
+    }
+    if wanted("3-4") {
+        let (a, b) = pair(&|| add_at_once(&s, 3, 4), &|| register_then_rebalance(&s, 3, 4));
+        let product = row("3→4 one shard-add", &a);
+        let codis = row("3→4 register + slots/rebalance (Codis)", &b);
+        ratios.push(format!("3→4: {:.2}× Codis's register-then-rebalance (target ≤ 1.00×)", ratio(product, codis)));
+    }
+    if wanted("8-4") {
+        let (a, b) = pair(&|| remove_in_turn(&s, 8, 4), &|| drain_one(&s, 8));
+        let drain = row("8→4 four shard-removes in turn", &a);
+        let alone = row("8→7 the busiest leaving group drained alone", &b);
+        ratios.push(format!(
+            "8→4: {:.2}× draining the busiest leaving group alone (target ≤ 1.00×)",
+            ratio(drain, alone)
+        ));
+    }
+    if wanted("counts") {
+        row("8→16 eight shard-adds at once", &[add_at_once(&s, 8, 16)]);
+        row("16→8 eight shard-removes in turn", &[remove_in_turn(&s, 16, 8)]);
+    }
+    println!();
+    for r in ratios {
+        println!("{r}");
+    }
 }

@@ -15,6 +15,7 @@
 //! Every Codis delay is scaled by one factor, [`super::DoubleOptions::tick`] / 1 s (see [`Shared::scaled`]).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +79,8 @@ async fn process_slot_actions(sh: &Arc<Shared>, generation: u64) -> Result<(), A
         if plans.is_empty() {
             return Ok(());
         }
+        sh.rounds.fetch_add(1, Ordering::SeqCst);
+        sh.round_slots.fetch_add(plans.len() as u64, Ordering::SeqCst);
         let mut set = JoinSet::new();
         for sid in plans {
             let sh = sh.clone();

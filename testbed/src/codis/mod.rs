@@ -45,7 +45,7 @@ pub(crate) mod wire;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -383,6 +383,9 @@ pub(crate) struct Shared {
     log: Mutex<Vec<RequestRecord>>,
     /// The dashboard is "down" (paused): executors and loops idle.
     pub(crate) paused: AtomicBool,
+    /// Slot-action rounds run and slots taken by them since start (benchmarks read them; Codis does not count).
+    pub(crate) rounds: AtomicU64,
+    pub(crate) round_slots: AtomicU64,
     pub(crate) http: reqwest::Client,
     listener: OnceLock<Weak<Listener>>,
 }
@@ -554,6 +557,8 @@ impl CodisDouble {
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             paused: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
+            round_slots: AtomicU64::new(0),
             http,
             listener: OnceLock::new(),
             opts,
@@ -643,6 +648,13 @@ impl CodisDouble {
             Ok((status, body)) => HttpReply { status, body },
             Err(e) => HttpReply { status: 0, body: e.to_string() },
         }
+    }
+
+    /// Slot-action rounds the executor has run since start, and the slots they took; a double's own count, for
+    /// benchmarks (how wide the rounds of a change were).
+    #[must_use]
+    pub fn executor_rounds(&self) -> (u64, u64) {
+        (self.shared.rounds.load(Ordering::SeqCst), self.shared.round_slots.load(Ordering::SeqCst))
     }
 
     /// The current model and stats as typed values.
