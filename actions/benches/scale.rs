@@ -24,7 +24,8 @@
 //! per executor round on a loaded cluster (4→8 by its own rebalance, 128 rounds, took 12.4 s), so the rounds, not the
 //! start-up of the action processes, dominate a change; with 1 tick the double migrates a slot in well under a
 //! millisecond and the benchmark measures process start-up instead. `SCALE_BENCH_ONLY=4-8,8-4` runs only those
-//! comparisons (`4-8`, `3-4`, `8-4`, `counts` for 8→16 and 16→8).
+//! comparisons (`4-8`, `3-4`, `8-4`, `counts` for 8→16 and 16→8); `split` (only when named) runs an experiment that
+//! is not the product: 4→8 with each new group filled by replication instead of migration ([`split_by_hand`]).
 
 #[path = "../tests/support/change.rs"]
 mod change;
