@@ -37,7 +37,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use change::{concurrently, one_after_another, Change, Env};
+use change::{busiest, concurrently, one_after_another, Change, Env};
 use cluster_api::{ClusterAnswer, ClusterApi};
 use support::{minimum_moves, run_args, run_to_completion, ClusterFixture, NAMESPACE};
 use testbed::DoubleOptions;
@@ -77,18 +77,6 @@ fn bed(s: &Settings, shards: usize, added: usize) -> Change {
         c.add_shard(1);
     }
     c
-}
-
-/// The most slots one group sends or receives between two slot tables.
-fn busiest(before: &[u32], after: &[u32]) -> usize {
-    let mut per: BTreeMap<u32, usize> = BTreeMap::new();
-    for (b, a) in before.iter().zip(after) {
-        if *b != 0 && b != a {
-            *per.entry(*b).or_default() += 1;
-            *per.entry(*a).or_default() += 1;
-        }
-    }
-    per.values().copied().max().unwrap_or(0)
 }
 
 /// Times `change` on `c` with the writer going; checks the outcome (balanced over `stay`, every key readable).

@@ -11,7 +11,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use change::{concurrently, one_after_another, recorded_leavers, shuffled, Change, Env, HeldLock};
+use testbed::MigrationHold;
+
+use change::{busiest, concurrently, one_after_another, recorded_leavers, shuffled, Change, Env, HeldLock};
 use cluster_api::{ClusterAnswer, ClusterApi};
 use support::{eventually, minimum_moves, run_to_completion, NAMESPACE};
 
@@ -107,6 +109,53 @@ fn four_to_eight_on_1_1_called_one_after_another_as_a_reconcile_does_moves_the_m
         // the second reconcile finds them done or waits for the rest.
         assert!(reconciles <= 3, "{reconciles} reconciles");
     });
+}
+
+/// Codis takes one slot per group into a round, so 4→8 over 1024 slots needs 128 rounds at least, and the product
+/// must reach that: once every new group is registered, one run plans and submits the whole change at once, and
+/// the disjoint pairs migrate side by side in every round. The four new groups are registered first
+/// (`--own-shard`, no slot moves), the shardAdds called one after another as a 1.1 reconcile does (so a run that
+/// submitted part of the change and waited for it would serialise the rest), and every slot's migration held in
+/// the double until all the moves are queued (the product sees slow migrations, not disabled ones, which it refuses
+/// to wait for). Only the first round can be short, formed while the actions were still being created.
+#[test]
+fn four_to_eight_with_every_new_group_registered_takes_as_few_executor_rounds_as_codis_allows() {
+    let c = four_plus_four("1.1");
+    let all: Vec<usize> = (0..8).collect();
+    for i in 4..8 {
+        let out = support::run_args(&["post-provision", "--own-shard"], &c.env_1_1(i, &all));
+        assert_eq!(out.status.code(), Some(0), "{}", support::describe(&out));
+    }
+    let before = c.bed.owners();
+    let minimum = minimum_moves(&before, &c.gids(&all));
+    let order = shuffled(&[4, 5, 6, 7], "shard-adds in turn, all registered");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("shard-add", add_env(&c, i))).collect();
+    let hold = |held: bool| {
+        for sid in 0..SLOTS {
+            if held {
+                c.bed.codis.hold_migration(sid, MigrationHold::BeforeBatch { after: 0 });
+            } else {
+                c.bed.codis.release_migration(sid);
+            }
+        }
+    };
+    let (rounds_before, slots_before) = c.bed.codis.executor_rounds();
+    scale(&c, &all, &[], || {
+        hold(true);
+        std::thread::scope(|scope| {
+            let runs = scope.spawn(|| one_after_another(&actions));
+            let planned = eventually(Duration::from_secs(60), || c.bed.codis.snapshot().with_action().len() == minimum);
+            hold(false);
+            assert!(planned, "the shardAdds never had all {minimum} moves queued at once");
+            runs.join().expect("shard-adds");
+        });
+    });
+    let (rounds_after, slots) = c.bed.codis.executor_rounds();
+    let (rounds, slots) = (rounds_after - rounds_before, slots - slots_before);
+    let bound = busiest(&before, &c.bed.owners()) as u64;
+    eprintln!("{rounds} executor rounds took {slots} slots; the bound is {bound}");
+    assert_eq!(bound, 128, "each old group sends 128 slots and each new one receives 128");
+    assert!(rounds <= bound + 1, "{rounds} executor rounds where {bound} suffice");
 }
 
 #[test]

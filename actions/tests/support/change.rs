@@ -134,6 +134,19 @@ impl Change {
     }
 }
 
+/// The most slots one group sends or receives between two slot tables: Codis's executor takes at most one slot per
+/// group into a round, so no change between them finishes in fewer executor rounds.
+pub fn busiest(before: &[u32], after: &[u32]) -> usize {
+    let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+    for (b, a) in before.iter().zip(after) {
+        if *b != 0 && b != a {
+            *per.entry(*b).or_default() += 1;
+            *per.entry(*a).or_default() += 1;
+        }
+    }
+    per.values().copied().max().unwrap_or(0)
+}
+
 /// A shuffled copy of `items`, from a seed printed so that a failing order can be replayed (`SCALE_ORDER_SEED`).
 pub fn shuffled<T: Clone + std::fmt::Debug>(items: &[T], what: &str) -> Vec<T> {
     let seed = std::env::var("SCALE_ORDER_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
