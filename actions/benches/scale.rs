@@ -37,7 +37,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use change::{busiest, concurrently, one_after_another, Change, Env};
+use change::{busiest, concurrently, one_after_another, slot_moves, Change, Env};
 use cluster_api::{ClusterAnswer, ClusterApi};
 use support::{minimum_moves, run_args, run_to_completion, ClusterFixture, NAMESPACE};
 use testbed::DoubleOptions;
@@ -96,7 +96,7 @@ fn measure(s: &Settings, c: &Change, stay: &[usize], change: impl FnOnce()) -> S
         (r - rounds_before.0, n - rounds_before.1)
     };
     let trace = c.bed.codis.take_owner_trace();
-    let moves = moves_of(&trace);
+    let moves = slot_moves(&trace).count();
     if std::env::var_os("SCALE_BENCH_TIMELINE").is_some() {
         print_timeline(&trace);
     }
@@ -109,23 +109,14 @@ fn measure(s: &Settings, c: &Change, stay: &[usize], change: impl FnOnce()) -> S
     Sample { wall, moves, minimum, bound, acked, failed, rounds, round_slots }
 }
 
-/// Slot moves in an owner trace: every time a slot owned by a group changed owner.
-fn moves_of(trace: &[(Duration, Vec<u32>)]) -> usize {
-    trace.windows(2).map(|w| w[0].1.iter().zip(&w[1].1).filter(|(b, a)| **b != 0 && b != a).count()).sum()
-}
-
 /// When each group received its first and last slot (`SCALE_BENCH_TIMELINE`): how long the change took to reach its
 /// full width, and whether every group was busy until the end.
 fn print_timeline(trace: &[(Duration, Vec<u32>)]) {
     let mut per: BTreeMap<u32, (Duration, Duration, usize)> = BTreeMap::new();
-    for w in trace.windows(2) {
-        for (b, a) in w[0].1.iter().zip(&w[1].1) {
-            if *b != 0 && b != a {
-                let e = per.entry(*a).or_insert((w[1].0, w[1].0, 0));
-                e.1 = w[1].0;
-                e.2 += 1;
-            }
-        }
+    for (when, _, to) in slot_moves(trace) {
+        let e = per.entry(to).or_insert((when, when, 0));
+        e.1 = when;
+        e.2 += 1;
     }
     for (gid, (first, last, n)) in per {
         println!(
@@ -197,7 +188,7 @@ fn split_by_hand(s: &Settings, from: usize, to: usize) -> Sample {
         let master = c.bed.codis.real_addr(&g.servers[0].server);
         let pod = c.bed.cluster.shards.iter().flat_map(|sh| &sh.pods).find(|p| p.redis.addr() == master);
         let pod = pod.expect("each master is a pod");
-        let foreign = keys_not_owned(&pod.redis, &owners, g.id);
+        let foreign = keys_not_owned(&pod.redis, &owners, g.id).len();
         assert_eq!(foreign, 0, "group {} holds {foreign} key(s) of slots it does not own", g.id);
     }
     sample
@@ -251,31 +242,24 @@ fn catch_up(master: &testbed::process::RedisServer, replica: &testbed::process::
 
 /// Deletes every key on `server` whose slot `owners` does not give to `gid`.
 fn delete_unowned(server: &testbed::process::RedisServer, owners: &[u32], gid: u32) {
-    scan_unowned(server, owners, gid, true);
+    for chunk in keys_not_owned(server, owners, gid).chunks(1000) {
+        let mut args = vec!["DEL"];
+        args.extend(chunk.iter().map(String::as_str));
+        let deleted = server.command(&args);
+        assert!(deleted.starts_with(':'), "DEL: {deleted}");
+    }
 }
 
-/// How many keys on `server` have a slot `owners` does not give to `gid`.
-fn keys_not_owned(server: &testbed::process::RedisServer, owners: &[u32], gid: u32) -> usize {
-    scan_unowned(server, owners, gid, false)
-}
-
-/// The keys on `server` of slots not `gid`'s, counted and, if `delete`, deleted.
-fn scan_unowned(server: &testbed::process::RedisServer, owners: &[u32], gid: u32, delete: bool) -> usize {
-    let mut found = 0;
+/// The keys on `server` whose slot `owners` does not give to `gid`.
+fn keys_not_owned(server: &testbed::process::RedisServer, owners: &[u32], gid: u32) -> Vec<String> {
+    let mut found = Vec::new();
     let mut cursor = "0".to_owned();
     loop {
         let reply = server.command(&["SCAN", &cursor, "COUNT", "1000"]);
         let mut lines = reply.lines();
         cursor = lines.next().unwrap_or("0").to_owned();
-        let doomed: Vec<&str> =
-            lines.filter(|k| owners[testbed::codis::slothash::slot_of(k.as_bytes(), owners.len())] != gid).collect();
-        found += doomed.len();
-        if delete && !doomed.is_empty() {
-            let mut args = vec!["DEL"];
-            args.extend(doomed);
-            let deleted = server.command(&args);
-            assert!(deleted.starts_with(':'), "DEL: {deleted}");
-        }
+        let slot = |k: &str| testbed::codis::slothash::slot_of(k.as_bytes(), owners.len());
+        found.extend(lines.filter(|k| owners[slot(k)] != gid).map(str::to_owned));
         if cursor == "0" {
             return found;
         }

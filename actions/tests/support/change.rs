@@ -90,11 +90,7 @@ impl Change {
 
     /// Slot moves since [`Change::count_moves`]: every time a slot owned by a group changed owner.
     pub fn moves(&self) -> usize {
-        let owners: Vec<Vec<u32>> = self.bed.codis.take_owner_trace().into_iter().map(|(_, owners)| owners).collect();
-        owners
-            .windows(2)
-            .map(|w| w[0].iter().zip(&w[1]).filter(|(before, after)| **before != 0 && before != after).count())
-            .sum()
+        slot_moves(&self.bed.codis.take_owner_trace()).count()
     }
 
     /// Keys written through the proxy before the change, and a writer running through it during the change.
@@ -132,6 +128,15 @@ impl Change {
             snap.groups.iter().map(|g| g.id).collect::<Vec<_>>()
         );
     }
+}
+
+/// Every slot move in an owner trace (as [`testbed::CodisDouble::take_owner_trace`] records it): a slot owned by a
+/// group that changed owner, as `(when, from, to)`.
+pub fn slot_moves(trace: &[(Duration, Vec<u32>)]) -> impl Iterator<Item = (Duration, u32, u32)> + '_ {
+    trace.windows(2).flat_map(|w| {
+        let when = w[1].0;
+        w[0].1.iter().zip(&w[1].1).filter(|(from, to)| **from != 0 && from != to).map(move |(&f, &t)| (when, f, t))
+    })
 }
 
 /// The most slots one group sends or receives between two slot tables: Codis's executor takes at most one slot per

@@ -150,7 +150,7 @@ impl Bed {
     }
 
     fn until(&self, what: &str, ready: impl FnMut(&Snapshot) -> bool) -> Result<(), String> {
-        poll(&self.double, ready).map(|_| ()).ok_or_else(|| format!("never {what}"))
+        self.double.wait_for(WAIT, ready).map(|_| ()).ok_or_else(|| format!("never {what}"))
     }
 
     fn sync_action(&self, port: u16) -> Result<(), String> {
@@ -518,20 +518,6 @@ fn samples(ex: &Exchange) -> impl Iterator<Item = Value> + '_ {
 fn keys_in(slot: usize, n: usize, prefix: &str) -> Vec<String> {
     let tag = (0..).map(|i| format!("t{i}")).find(|t| slot_of(t.as_bytes(), 1024) == slot).unwrap_or_default();
     (0..n).map(|i| format!("{prefix}:{{{tag}}}:{i}")).collect()
-}
-
-fn poll(double: &CodisDouble, mut ready: impl FnMut(&Snapshot) -> bool) -> Option<Snapshot> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let snap = double.snapshot();
-        if ready(&snap) {
-            return Some(snap);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Replays `rec` (up to and including `until`) on a fresh bed; prints a table and returns one row per exchange.
