@@ -57,6 +57,9 @@ pub enum Error {
     /// Mastership was not moved.
     #[error(transparent)]
     Transfer(#[from] crate::steps::transfer::Refusal),
+    /// A split could not go on.
+    #[error(transparent)]
+    Split(#[from] crate::steps::split::Refusal),
     /// etcd was needed and did not answer.
     #[error(transparent)]
     EtcdNeeded(#[from] crate::steps::cluster::EtcdNeeded),

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod codis;
+pub mod dns;
 pub mod forwarder;
 pub mod http1;
 mod httpd;

@@ -121,7 +121,8 @@ impl Shared {
 
     fn dial_target(&self, addr: &str) -> String {
         let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
-        overrides.get(addr).cloned().unwrap_or_else(|| addr.to_owned())
+        let addr = crate::dns::rooted_as_relative(addr);
+        overrides.get(addr.as_ref()).cloned().unwrap_or_else(|| addr.into_owned())
     }
 
     fn fresh_slots(&self) -> Vec<Slot> {

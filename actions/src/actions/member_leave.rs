@@ -82,6 +82,11 @@ async fn leave(s: &Session<'_>, lock: &crate::clients::etcd::LockGuard, server: 
                 transfer::clear_fence(s, gid, master).await;
             }
         }
+        if let Some(g) = crate::steps::split::aliased_by(&stats, server) {
+            return Err(Error::InProgress {
+                progress: format!("{server} stays in group {gid} while group {} splits off it", g.id),
+            });
+        }
         tracing::info!(gid, server, "removing server from group");
         match s.dashboard.group_del(gid, server).await {
             Ok(()) => notes.push(format!("removed {server} from group {gid}")),

@@ -26,6 +26,7 @@ use crate::plan::Goal;
 use crate::steps::cluster::{self, Session};
 use crate::steps::rebalance::{self, Aim, Handoff, Own};
 use crate::steps::register;
+use crate::steps::split::{self, Start};
 
 /// Longest the Cluster object may take to read; past that its shard count is not known.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -97,10 +98,38 @@ async fn provision_one(
     legacy: &Legacy,
     desired: Option<u32>,
 ) -> Result<String> {
-    let reg = register_shard(s, shard).await?;
-    let stats = s.stats().await?;
     let cluster = &s.common.cluster.name;
     let deleting: BTreeSet<String> = legacy.deleting.iter().map(|d| format!("{cluster}-{d}")).collect();
+    let live: Vec<String> = shards.iter().filter(|sh| !deleting.contains(&sh.name)).map(|sh| sh.name.clone()).collect();
+    // The final topology: every live listed shard, and as many more as the Cluster wants when its count is known (a
+    // Component KubeBlocks has not created yet is listed nowhere).
+    let missing = desired.map_or(0, |n| (n as usize).saturating_sub(live.len()));
+    let goal_of = |stats: &Stats, leaving: &BTreeSet<String>| {
+        let names: Vec<&String> = live.iter().filter(|n| !leaving.contains(*n)).collect();
+        let receivers: Vec<u32> =
+            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
+        let unregistered = names.len() - receivers.len() + missing;
+        Goal::new(receivers, unregistered)
+    };
+    let draining = {
+        let stats = s.stats().await?;
+        shards.iter().filter(|sh| deleting.contains(&sh.name)).any(|sh| {
+            cluster::group_of_shard(&stats, &sh.name)
+                .is_some_and(|g| !stats.slots_of(g.id).is_empty() || !stats.slots_targeting(g.id).is_empty())
+        })
+    };
+    // A shard joining while none is being deleted may split off a donor; its postProvision completes the split
+    // before balancing (the other shards' postProvisions run at the same time on 1.0.x).
+    if !draining {
+        let leaving = crate::steps::drain::recorded_leavers(s).await?;
+        let start =
+            s.under_topology_lock(async |_| split::register(s, shard, |stats| goal_of(stats, &leaving)).await).await?;
+        if let Start::Splitting { gid } = start {
+            split::complete(s, shard, gid).await?;
+        }
+    }
+    let reg = register_shard(s, shard).await?;
+    let stats = s.stats().await?;
     // A shard being deleted keeps its slots until its own pre-terminate has drained them; balancing around it now
     // would move them twice (or fight the drain).
     if let Some((name, g)) = shards
@@ -117,7 +146,6 @@ async fn provision_one(
             ),
         });
     }
-    let live: Vec<String> = shards.iter().filter(|sh| !deleting.contains(&sh.name)).map(|sh| sh.name.clone()).collect();
     let mut groups = BTreeMap::new();
     let mut registered = BTreeSet::new();
     for name in &live {
@@ -140,17 +168,9 @@ async fn provision_one(
             ));
         }
     }
-    // The final topology: every live listed shard, and as many more as the Cluster wants when its count is known (a
-    // Component KubeBlocks has not created yet is listed nowhere).
-    let missing = desired.map_or(0, |n| (n as usize).saturating_sub(live.len()));
     let own = reg.gid;
-    let aim_of = move |stats: &Stats, leaving: &BTreeSet<String>| {
-        let names: Vec<&String> = live.iter().filter(|n| !leaving.contains(*n)).collect();
-        let receivers: Vec<u32> =
-            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
-        let unregistered = names.len() - receivers.len() + missing;
-        Aim { goal: Goal::new(receivers, unregistered), own: Own::Receiver(own) }
-    };
+    let aim_of =
+        move |stats: &Stats, leaving: &BTreeSet<String>| Aim { goal: goal_of(stats, leaving), own: Own::Receiver(own) };
     finish(s, &groups, aim_of).await
 }
 

@@ -20,6 +20,7 @@ use crate::steps::cluster::{self, Session};
 use crate::steps::drain;
 use crate::steps::rebalance::{self, Aim, Handoff, Own};
 use crate::steps::register;
+use crate::steps::split::{self, Start};
 
 /// Runs the action.
 pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result<String> {
@@ -28,15 +29,49 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
         Error::invalid(crate::input::vars::KB_ADD_SHARD_NAME, format!("{added} is not a listed shard"))
     })?;
     let s = Session::open(ctx, common).await?;
-    let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
-    // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
-    register::settle(&s, &reg, &new.pods).await?;
-
     let leaving = drain::recorded_leavers(&s).await?;
     let staying = |leaving: &BTreeSet<String>| -> Vec<&str> {
         shards.iter().map(|sh| sh.name.as_str()).filter(|n| !leaving.contains(*n)).collect()
     };
+    let goal_of = |stats: &crate::clients::codis::Stats, leaving: &BTreeSet<String>| -> Goal {
+        let names = staying(leaving);
+        let receivers: Vec<u32> =
+            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
+        let unregistered = names.len() - receivers.len();
+        Goal::new(receivers, unregistered)
+    };
+    let start =
+        s.under_topology_lock(async |_| split::register(&s, new, |stats| goal_of(stats, &leaving)).await).await?;
+    let split = match start {
+        Start::Registered(reg) => {
+            // Replication catches up outside the lock: other shards of the change register and plan meanwhile.
+            register::settle(&s, &reg, &new.pods).await?;
+            None
+        }
+        Start::Splitting { gid } => {
+            // Other shards of the change still to be filled begin their own split (or migrations) in the next
+            // shardAdd while this one's pods copy the donor; the next run of this one completes it.
+            let stats = s.stats().await?;
+            let unfilled = staying(&leaving)
+                .iter()
+                .filter(|n| **n != added)
+                .filter(|n| cluster::group_of_shard(&stats, n).is_none_or(|g| stats.slots_of(g.id).is_empty()))
+                .count();
+            if unfilled > 0 && !split::is_promoted(&stats, gid) {
+                return Err(Error::InProgress {
+                    progress: format!(
+                        "{added} (group {gid}) is splitting off its donor; {unfilled} other shard(s) of this change are                          not filled yet: returning so that their shardAdd can run; the next run completes the split"
+                    ),
+                });
+            }
+            Some(split::complete(&s, new, gid).await?)
+        }
+    };
+    let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
+    register::settle(&s, &reg, &new.pods).await?;
+
     let first = s.stats().await?;
+    let leaving = drain::recorded_leavers(&s).await?;
     let others_unregistered =
         staying(&leaving).iter().filter(|n| **n != added && cluster::group_of_shard(&first, n).is_none()).count();
     let handoff = match others_unregistered {
@@ -47,19 +82,24 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
         )),
     };
     let aim_of = |stats: &crate::clients::codis::Stats, leaving: &BTreeSet<String>| -> Result<Aim> {
-        let names = staying(leaving);
-        let receivers: Vec<u32> =
-            names.iter().filter_map(|n| cluster::group_of_shard(stats, n)).map(|g| g.id).collect();
-        let unregistered = names.len() - receivers.len();
-        Ok(Aim { goal: Goal::new(receivers, unregistered), own: Own::Receiver(reg.gid) })
+        Ok(Aim { goal: goal_of(stats, leaving), own: Own::Receiver(reg.gid) })
     };
     let outcome = rebalance::converge(&s, "rebalance", aim_of, handoff).await?;
     let stats = s.stats().await?;
     let names = staying(&drain::recorded_leavers(&s).await?);
     let groups = names.iter().filter(|n| cluster::group_of_shard(&stats, n).is_some()).count();
+    let copied = split.map_or_else(String::new, |f| {
+        format!(
+            "; split off group {} by replication: {} slot(s) handed over, {} + {} key(s) of slots not owned deleted",
+            f.donor.map_or_else(|| "?".to_owned(), |d| d.to_string()),
+            f.slots,
+            f.deleted.0,
+            f.deleted.1
+        )
+    });
     Ok(format!(
-        "{added} registered as group {} (master {}); {} slot(s) migrated onto {} group(s) of {} in the final topology \
-         (critical path {} rounds, lower bound {})",
+        "{added} registered as group {} (master {}){copied}; {} slot(s) migrated onto {} group(s) of {} in the final \
+         topology (critical path {} rounds, lower bound {})",
         reg.gid,
         reg.master,
         outcome.created,

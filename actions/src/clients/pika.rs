@@ -353,10 +353,13 @@ fn parse_pika_lag(value: &str) -> (Option<u64>, bool) {
 // ---- addresses ---------------------------------------------------------------------------------------------------
 
 /// Where to dial the server registered in Codis as `server` (`<pod fqdn>:<port>`): its entry in `overrides` (from
-/// `PIKA_ADDRESS_OVERRIDES`, matched without case) when there is one, else `server` itself. Codis's server strings
-/// are read here and nowhere else.
+/// `PIKA_ADDRESS_OVERRIDES`, matched without case) when there is one, else `server` itself; an alias
+/// ([`ServerAddr::alias_of`](crate::clients::server::ServerAddr::alias_of)) as the server it stands for. Codis's
+/// server strings are read here and nowhere else.
 pub fn dial_address(server: &str, overrides: &BTreeMap<String, HostPort>) -> Result<HostPort, Error> {
-    let server = server.trim();
+    // An alias is dialled as the server it stands for, as DNS resolves it.
+    let unaliased = crate::clients::server::ServerAddr::unaliased(server.trim());
+    let server = unaliased.as_ref();
     if let Some((_, real)) = overrides.iter().find(|(k, _)| k.trim().eq_ignore_ascii_case(server)) {
         return Ok(real.clone());
     }
@@ -488,6 +491,28 @@ impl Pika {
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("REWRITE");
         self.query("CONFIG REWRITE", &cmd, None).await
+    }
+
+    /// `SCAN cursor COUNT count`: the next cursor (0 when the scan is complete) and a batch of keys.
+    pub async fn scan(&self, cursor: u64, count: usize) -> Result<(u64, Vec<Vec<u8>>), Error> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("COUNT").arg(count);
+        let (next, keys): (String, Vec<Vec<u8>>) = self.query("SCAN", &cmd, None).await?;
+        let next = next.parse().map_err(|_| self.unexpected("SCAN", &next))?;
+        Ok((next, keys))
+    }
+
+    /// `DEL key…`: how many of `keys` existed. Nothing is sent for none.
+    pub async fn del(&self, keys: &[Vec<u8>]) -> Result<u64, Error> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        crate::failpoint::step("DEL");
+        let mut cmd = redis::cmd("DEL");
+        for key in keys {
+            cmd.arg(key.as_slice());
+        }
+        self.query("DEL", &cmd, None).await
     }
 
     /// `CONFIG GET key`: the value, `None` when the server has no such item.
@@ -759,6 +784,11 @@ mod tests {
         assert_eq!(
             dial_address("C1-PIKA-A-0.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap(),
             at("127.0.0.1:41234")
+        );
+        assert_eq!(
+            dial_address("c1-pika-a-0.c1-pika-a-headless.default.svc.cluster.local.:9221", &overrides).unwrap(),
+            at("127.0.0.1:41234"),
+            "an alias is dialled as the server it stands for"
         );
         let own = dial_address("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local:9221", &overrides).unwrap();
         assert_eq!((own.host(), own.port()), ("c1-pika-a-1.c1-pika-a-headless.default.svc.cluster.local", 9221));

@@ -3,6 +3,11 @@
 //! Codis lists servers as plain strings, and the product registers pods by FQDN, so every fact it reads back from
 //! Codis (which pod, which shard, which ordinal, which namespace) comes from this layout. A [`Pod`](crate::input::event::Pod)
 //! reads its own FQDN through it too.
+//!
+//! An *alias* is a pod's address spelled with the DNS root's trailing dot (`<fqdn>.:<port>`): DNS resolves it to the
+//! same pod, Codis takes it for another server. A shard splitting off a donor lists the donor's master under its
+//! alias as its own master for a while (see [`crate::steps::split`]); an alias names no pod, shard or ordinal of the
+//! group that lists it, and the product never commands the pika behind it through that group.
 
 /// A registered server's address, split into the labels the product reads; borrowed from the address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +26,31 @@ impl<'a> ServerAddr<'a> {
         self.host.split('.').nth(n).filter(|l| !l.is_empty())
     }
 
+    /// The alias of `server` (`host:port`): the host with the DNS root's trailing dot.
+    #[must_use]
+    pub fn alias_of(server: &str) -> String {
+        match server.rsplit_once(':') {
+            Some((host, port)) => format!("{}.:{port}", host.trim_end_matches('.')),
+            None => format!("{}.", server.trim_end_matches('.')),
+        }
+    }
+
+    /// Whether the address is an alias.
+    #[must_use]
+    pub fn is_alias(&self) -> bool {
+        self.host.ends_with('.')
+    }
+
+    /// The server an alias stands for (`<fqdn>:<port>`); any other address as it is.
+    #[must_use]
+    pub fn unaliased(addr: &str) -> std::borrow::Cow<'_, str> {
+        match addr.rsplit_once(':') {
+            Some((host, port)) if host.ends_with('.') => format!("{}:{port}", host.trim_end_matches('.')).into(),
+            None if addr.ends_with('.') => addr.trim_end_matches('.').into(),
+            _ => addr.into(),
+        }
+    }
+
     /// The pod name: the first label (the whole host when it has no dot).
     #[must_use]
     pub fn pod(&self) -> &'a str {
@@ -33,9 +63,13 @@ impl<'a> ServerAddr<'a> {
         self.label(1)
     }
 
-    /// The shard (full component name): the service without `-headless`.
+    /// The shard (full component name): the service without `-headless`; none for an alias, which another shard's
+    /// pod stands behind.
     #[must_use]
     pub fn shard(&self) -> Option<&'a str> {
+        if self.is_alias() {
+            return None;
+        }
         self.service()?.strip_suffix("-headless")
     }
 
@@ -65,6 +99,21 @@ mod tests {
         assert_eq!(s.namespace(), Some("prod"));
         assert_eq!(s.ordinal(), Some(12));
         assert_eq!(ServerAddr::of("c1-pika-x7k-3.c1-pika-x7k-headless.prod.svc").ordinal(), Some(3));
+    }
+
+    #[test]
+    fn an_alias_names_the_same_pod_but_no_shard() {
+        let server = "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc.cluster.local:9221";
+        let alias = ServerAddr::alias_of(server);
+        assert_eq!(alias, "c1-pika-x7k-0.c1-pika-x7k-headless.prod.svc.cluster.local.:9221");
+        assert_eq!(ServerAddr::alias_of(&alias), alias);
+        assert!(ServerAddr::of(&alias).is_alias());
+        assert!(!ServerAddr::of(server).is_alias());
+        assert_eq!(ServerAddr::of(&alias).shard(), None);
+        assert_eq!(ServerAddr::of(server).shard(), Some("c1-pika-x7k"));
+        assert_eq!(ServerAddr::unaliased(&alias), server);
+        assert_eq!(ServerAddr::unaliased(server), server);
+        assert_eq!(ServerAddr::unaliased("127.0.0.1:6379"), "127.0.0.1:6379");
     }
 
     #[test]

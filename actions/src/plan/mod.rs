@@ -18,7 +18,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub mod detector;
+pub mod keyslot;
 pub mod rounds;
+pub mod split;
 mod toward;
 
 pub use toward::{final_sizes, moves_left, toward, Goal, Step};

@@ -414,6 +414,21 @@ mod tests {
             Ok(step)
         }
 
+        /// A new group `g` registering toward `goal` takes its share by a split when its step allows one: the
+        /// slots change owner at once, each counted as a move.
+        fn split(&mut self, goal: &Goal, g: u32) -> Result<(), TestCaseError> {
+            let step = toward(&self.slots, goal).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            if let Some(split) = super::super::split::split_of(&self.slots, &step, g) {
+                for &slot in &split.slots {
+                    let s = &mut self.slots[slot as usize];
+                    prop_assert_eq!(*s, SlotState::owned(split.donor), "split of slot {} not idle in its donor", slot);
+                    s.owner = Some(g);
+                    self.moved += 1;
+                }
+            }
+            Ok(())
+        }
+
         fn in_flight(&self) -> usize {
             self.slots.iter().filter(|s| s.in_flight_target.is_some()).count()
         }
@@ -509,6 +524,54 @@ mod tests {
         }
     }
 
+    /// Plays `c` against Codis's rounds and checks the whole change; `splits` hands a new group its slots by a split
+    /// whenever [`split_of`](super::super::split::split_of) finds one, as the product's additions do.
+    fn interleave(c: &Change, splits: bool) -> Result<(), TestCaseError> {
+        let slots = initial(c);
+        let finals: Vec<u32> = c.stay.iter().chain(&c.added).copied().collect();
+        let minimum = moves_left(&slots, &Goal::new(finals.clone(), 0)).unwrap();
+        let leaving: Vec<u32> = (0..c.before).map(gid).filter(|g| !c.stay.contains(g)).collect();
+        let mut world = World::new(slots);
+        let mut registered: BTreeSet<u32> = c.stay.iter().copied().collect();
+        let goal = |registered: &BTreeSet<u32>| {
+            Goal::new(registered.iter().copied(), c.added.iter().filter(|g| !registered.contains(g)).count())
+        };
+        for &(actor, wait, again) in &c.script {
+            world.run(wait);
+            // Actors are the additions first, then the removals; an addition registers its group first.
+            if let Some(&g) = c.added.get(actor) {
+                let new = registered.insert(g);
+                if splits && new {
+                    world.split(&goal(&registered), g)?;
+                }
+            } else {
+                prop_assert!(leaving.get(actor - c.added.len()).is_some());
+            }
+            if registered.is_empty() {
+                continue;
+            }
+            world.step(&goal(&registered))?;
+            world.run(again);
+            world.step(&goal(&registered))?;
+        }
+        // Whatever registered late finishes the change.
+        registered.extend(&c.added);
+        loop {
+            let step = world.step(&goal(&registered))?;
+            if world.queue.is_empty() && step.plan.is_empty() {
+                prop_assert!(step.deferred.is_empty());
+                break;
+            }
+            world.run(usize::MAX);
+        }
+        prop_assert_eq!(world.moved, minimum, "moves over the whole change");
+        let held = world.held();
+        prop_assert!(held.keys().all(|g| finals.contains(g)), "slots left outside the final groups: {:?}", held);
+        let (lo, hi) = (finals.iter().map(|g| held.get(g).copied().unwrap_or(0)).min(), held.values().max());
+        prop_assert!(hi.copied().unwrap_or(0) - lo.unwrap_or(0) <= 1, "unbalanced: {:?}", held);
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -516,45 +579,14 @@ mod tests {
         /// as many slots as the one-step plan over the final topology, and end balanced over it.
         #[test]
         fn any_interleaving_of_one_change_reaches_the_one_step_minimum(c in change()) {
-            let slots = initial(&c);
-            let finals: Vec<u32> = c.stay.iter().chain(&c.added).copied().collect();
-            let minimum = moves_left(&slots, &Goal::new(finals.clone(), 0)).unwrap();
-            let leaving: Vec<u32> = (0..c.before).map(gid).filter(|g| !c.stay.contains(g)).collect();
-            let mut world = World::new(slots);
-            let mut registered: BTreeSet<u32> = c.stay.iter().copied().collect();
-            let goal = |registered: &BTreeSet<u32>| {
-                Goal::new(registered.iter().copied(), c.added.iter().filter(|g| !registered.contains(g)).count())
-            };
-            for &(actor, wait, again) in &c.script {
-                world.run(wait);
-                // Actors are the additions first, then the removals; an addition registers its group first.
-                if let Some(&g) = c.added.get(actor) {
-                    registered.insert(g);
-                } else {
-                    prop_assert!(leaving.get(actor - c.added.len()).is_some());
-                }
-                if registered.is_empty() {
-                    continue;
-                }
-                world.step(&goal(&registered))?;
-                world.run(again);
-                world.step(&goal(&registered))?;
-            }
-            // Whatever registered late finishes the change.
-            registered.extend(&c.added);
-            loop {
-                let step = world.step(&goal(&registered))?;
-                if world.queue.is_empty() && step.plan.is_empty() {
-                    prop_assert!(step.deferred.is_empty());
-                    break;
-                }
-                world.run(usize::MAX);
-            }
-            prop_assert_eq!(world.moved, minimum, "moves over the whole change");
-            let held = world.held();
-            prop_assert!(held.keys().all(|g| finals.contains(g)), "slots left outside the final groups: {:?}", held);
-            let (lo, hi) = (finals.iter().map(|g| held.get(g).copied().unwrap_or(0)).min(), held.values().max());
-            prop_assert!(hi.copied().unwrap_or(0) - lo.unwrap_or(0) <= 1, "unbalanced: {:?}", held);
+            interleave(&c, false)?;
+        }
+
+        /// The same when every addition whose step fills it from one donor takes those slots by a split (handed
+        /// over at once, no migration) instead.
+        #[test]
+        fn any_interleaving_with_splits_reaches_the_one_step_minimum(c in change()) {
+            interleave(&c, true)?;
         }
 
         /// One step over every group at once is as few moves as the one-shot planner, and Codis's executor runs it

@@ -196,6 +196,7 @@ impl<'a> Session<'a> {
     /// role). Nothing is sent when it already follows `master`: pika answers a repeated SLAVEOF with a full resync
     /// only when the spelling differs, but there is no reason to ask at all.
     pub async fn ensure_follows(&self, replica: &str, master: &str) -> Result<bool> {
+        refuse_alias(replica)?;
         let master_at = self.dial(master)?;
         let conn = self.pika(replica).await?;
         let info = conn.info_replication().await?;
@@ -208,13 +209,15 @@ impl<'a> Session<'a> {
         Ok(true)
     }
 
-    /// Makes `server` a master (SLAVEOF NO ONE, persisted) unless it already is one.
+    /// Makes `server` a master (SLAVEOF NO ONE, persisted) unless it already is one. An alias is only checked: the
+    /// pika behind it is another group's, and is never commanded through this one.
     pub async fn ensure_master(&self, server: &str) -> Result<bool> {
         let conn = self.pika(server).await?;
         let info = conn.info_replication().await?;
         if info.role == pika::Role::Master {
             return Ok(false);
         }
+        refuse_alias(server)?;
         tracing::info!(server, "making server a master");
         conn.slaveof_no_one().await?;
         conn.config_rewrite().await?;
@@ -234,6 +237,14 @@ impl<'a> Session<'a> {
             tokio::time::sleep(self.ctx.budget.cap(POLL)).await;
         }
     }
+}
+
+/// Refuses to command `server` when it is an alias ([`ServerAddr::is_alias`]).
+fn refuse_alias(server: &str) -> Result<()> {
+    if ServerAddr::of(server).is_alias() {
+        return Err(crate::steps::split::Refusal::AliasCommanded { server: server.to_owned() }.into());
+    }
+    Ok(())
 }
 
 /// Releases the topology lock; a failure only delays the next holder until the lease expires, so it is logged.

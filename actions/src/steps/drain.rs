@@ -504,6 +504,11 @@ async fn remove_group(s: &Session<'_>, gid: u32) -> Result<usize> {
         {
             return Err(Stopped::SlotCameBack { slot: sl.id, gid }.into());
         }
+        if let Some(g) = group.servers.iter().find_map(|gs| crate::steps::split::aliased_by(&stats, &gs.server)) {
+            return Err(Error::InProgress {
+                progress: format!("drain done; group {} is still splitting off group {gid}'s master", g.id),
+            });
+        }
         match next_removal(group) {
             Removal::Replica(server) | Removal::Master(server) => {
                 tracing::info!(gid, server = server.as_str(), "deleting server");

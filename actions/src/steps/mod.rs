@@ -8,4 +8,5 @@ pub mod drain;
 pub mod failover;
 pub mod rebalance;
 pub mod register;
+pub mod split;
 pub mod transfer;

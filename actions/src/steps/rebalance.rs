@@ -322,6 +322,14 @@ async fn plan_and_submit(
     }
     let step = plan::toward(&slot_states(&stats), &aim.goal)
         .map_err(|source| Refusal::Plan { what: what.to_owned(), source })?;
+    // A splitting group still holds copies of keys it does not own (or its donor's master does): no slot moves onto
+    // or off it until the split has deleted them.
+    let touched = step.plan.moves.iter().flat_map(|m| [m.from, m.to]).chain(step.plan.assign.iter().map(|a| a.1));
+    if let Some(gid) = crate::steps::split::splitting_among(&stats, touched) {
+        return Err(Error::InProgress {
+            progress: format!("{what}: group {gid} is splitting off its donor; slots move once the split is done"),
+        });
+    }
     let in_flight = stats.slots.iter().filter(|sl| !sl.is_idle()).count();
     if first {
         outcome.critical_path = step.plan.critical_path;

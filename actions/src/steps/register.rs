@@ -152,7 +152,7 @@ pub async fn settle(s: &Session<'_>, reg: &Registered, pods: &[Pod]) -> Result<(
 }
 
 /// Finds the group reserved for `shard` in etcd, or reserves and creates a new one.
-async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) -> Result<(u32, bool)> {
+pub(crate) async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) -> Result<(u32, bool)> {
     let etcd = s.etcd()?;
     let prefix = s.prefix();
     let reserved = cluster::reservations(etcd, &prefix).await?;
@@ -189,7 +189,7 @@ async fn create_group(s: &Session<'_>, gid: u32) -> Result<()> {
 }
 
 /// `group/add`, where "already exists" is success only if the server is in this very group.
-async fn add_server(s: &Session<'_>, gid: u32, server: &str) -> Result<()> {
+pub(crate) async fn add_server(s: &Session<'_>, gid: u32, server: &str) -> Result<()> {
     tracing::info!(gid, server, "adding server to group");
     match s.dashboard.group_add(gid, server).await {
         Ok(()) => Ok(()),

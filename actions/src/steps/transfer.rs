@@ -436,6 +436,15 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         if promoted {
             return Err(Refusal::NotPromoted { gid, master }.into());
         }
+        // A split moves mastership itself; and the donor's master stays until the split no longer copies it.
+        if !t.unplanned {
+            let splitting = crate::steps::split::alias_in(group).map(|_| gid);
+            if let Some(g) = splitting.or_else(|| crate::steps::split::aliased_by(&stats, &master).map(|g| g.id)) {
+                return Err(Error::InProgress {
+                    progress: format!("group {g} is splitting off {master}; the master moves once the split is done"),
+                });
+            }
+        }
         if group.servers.len() < 2 {
             return Err(Refusal::OnlyServer { gid, master }.into());
         }
@@ -598,7 +607,7 @@ pub async fn clear_fence(s: &Session<'_>, gid: u32, master: &str) {
 }
 
 /// Waits (at most [`CATCH_UP_WAIT`]) until `to` has everything `master` produced; never fails.
-async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
+pub(crate) async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
     let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(CATCH_UP_WAIT);
     loop {
         let (m, t) = (s.replication(master).await, s.replication(to).await);
@@ -616,7 +625,7 @@ async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
 
 /// `group/promote` of `to`, retried with the same address while the outcome is unknown or the promote is still in
 /// progress; done when Codis lists `to` at index 0 with no promote left.
-async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
+pub(crate) async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
     loop {
         let err = s.dashboard.group_promote(gid, to).await.err();
         let stats = s.stats().await?;
@@ -707,7 +716,14 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         let master = group.master().ok_or(Refusal::NoServers { gid })?.to_owned();
         s.ensure_master(&master).await?;
         let master_at = s.dial(&master)?;
-        let others: Vec<String> = group.servers.iter().skip(1).map(|gs| gs.server.clone()).collect();
+        // An alias stands for another group's master: never re-pointed from here.
+        let others: Vec<String> = group
+            .servers
+            .iter()
+            .skip(1)
+            .filter(|gs| !ServerAddr::of(&gs.server).is_alias())
+            .map(|gs| gs.server.clone())
+            .collect();
         let infos = survey(s, &others).await;
         let mut waiting = Vec::new();
         let mut unreachable = Vec::new();

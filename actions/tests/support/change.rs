@@ -120,6 +120,10 @@ impl Change {
                 assert!(snap.server(&pod.server()).is_none(), "{} is still registered", pod.name);
             }
         }
+        for g in &snap.groups {
+            let aliases: Vec<&str> = g.servers.iter().map(|gs| gs.server.as_str()).filter(|s| is_alias(s)).collect();
+            assert!(aliases.is_empty(), "group {} still lists the alias(es) {aliases:?}", g.id);
+        }
         let expected: usize = gids.len();
         assert_eq!(
             snap.groups.len(),
@@ -127,6 +131,52 @@ impl Change {
             "groups left: {:?}",
             snap.groups.iter().map(|g| g.id).collect::<Vec<_>>()
         );
+    }
+}
+
+/// Whether a registered server is an alias: its host spelled with the DNS root's trailing dot.
+pub fn is_alias(server: &str) -> bool {
+    server.rsplit_once(':').is_some_and(|(host, _)| host.ends_with('.'))
+}
+
+impl Change {
+    /// Every group's master holds keys of its own slots only: nothing a split copied and did not delete.
+    pub fn assert_no_stray_keys(&self) {
+        let snap = self.bed.codis.snapshot();
+        let owners = self.bed.owners();
+        for g in &snap.groups {
+            let Some(master) = g.servers.first() else { continue };
+            let real = self.bed.codis.real_addr(&master.server);
+            let pods = self.bed.cluster.shards.iter().flat_map(|sh| &sh.pods);
+            let pod = pods
+                .clone()
+                .find(|p| p.redis.addr() == real)
+                .unwrap_or_else(|| panic!("group {}'s master {} is no pod", g.id, master.server));
+            let strays = keys_not_owned(&pod.redis, &owners, g.id);
+            assert!(
+                strays.is_empty(),
+                "group {} holds {} key(s) of slots it does not own, e.g. {:?}",
+                g.id,
+                strays.len(),
+                strays.first()
+            );
+        }
+    }
+}
+
+/// The keys on `server` whose slot `owners` does not give to `gid`.
+pub fn keys_not_owned(server: &testbed::process::RedisServer, owners: &[u32], gid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut cursor = "0".to_owned();
+    loop {
+        let reply = server.command(&["SCAN", &cursor, "COUNT", "1000"]);
+        let mut lines = reply.lines();
+        cursor = lines.next().unwrap_or("0").to_owned();
+        let slot = |k: &str| testbed::codis::slothash::slot_of(k.as_bytes(), owners.len());
+        found.extend(lines.filter(|k| owners[slot(k)] != gid).map(str::to_owned));
+        if cursor == "0" {
+            return found;
+        }
     }
 }
 

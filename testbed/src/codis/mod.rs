@@ -445,7 +445,8 @@ impl Shared {
     /// The real address to dial for a registered server or proxy admin address.
     pub(crate) fn dial_target(&self, addr: &str) -> String {
         let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
-        overrides.get(addr).cloned().unwrap_or_else(|| addr.to_owned())
+        let addr = crate::dns::rooted_as_relative(addr);
+        overrides.get(addr.as_ref()).cloned().unwrap_or_else(|| addr.into_owned())
     }
 
     /// The registered spelling of a real address, if an override maps to it.

@@ -1,0 +1,361 @@
+//! Registering a new shard by splitting a donor group: its pods copy the donor's data by replication, and its share
+//! of slots changes hands without a key being migrated ([`plan::split`] says when).
+//!
+//! Codis keeps the state, so every run resumes from what the new group `G` lists:
+//!
+//! 1. **Begin** (under the topology lock): `G` gets the donor's master under its alias
+//!    ([`ServerAddr::alias_of`]) as its master, every pod of the shard as a replica of it, and then, by
+//!    `slots/assign`, its share of the donor's slots. The proxies route those slots to the same pika as before, so no
+//!    write is refused and no read is stale.
+//! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master; then,
+//!    under the lock, Codis promotes the new master (the proxies hold `G`'s slots meanwhile).
+//! 3. **Promoted** (the alias listed after index 0): the shard's other pods follow the new master, each side deletes
+//!    the keys of the slots it no longer owns, and the alias is removed. All of it under one hold of the lock, so
+//!    that no slot moves onto either group while it still holds copies of keys it does not own (a later migration
+//!    would bring back a key deleted meanwhile); a crash leaves the alias listed, and the rerun cleans up again.
+//!
+//! A group of the shard that lists an alias but serves no slot is a begin that did not finish: it is emptied and
+//! decided afresh. While a group lists an alias, the product never commands the pika behind it through that group,
+//! never plans slot moves touching the group, and neither switches over nor removes the donor's master.
+//!
+//! The promote has the window every planned promote has: a write the donor's master acknowledged after the last
+//! catch-up check and before the proxies locked the slots may not have reached the new master.
+
+use std::collections::BTreeSet;
+
+use crate::clients::codis::{Group, Stats};
+use crate::clients::server::ServerAddr;
+use crate::error::{Error, Result};
+use crate::input::event::{Pod, Shard};
+use crate::plan::{self, Goal};
+use crate::steps::cluster::{Session, POLL};
+use crate::steps::rebalance::slot_states;
+use crate::steps::{register, transfer};
+
+/// Keys read per `SCAN` while deleting the keys of slots a group no longer owns.
+const SCAN_BATCH: usize = 1000;
+
+/// Why a split cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Something asked to command the pika behind an alias through the group that lists it.
+    #[error("{server} is an alias of another group's master and is never commanded through the group listing it")]
+    AliasCommanded {
+        /// The alias.
+        server: String,
+    },
+    /// The group vanished while splitting.
+    #[error("group {gid} vanished while splitting {shard} off its donor")]
+    GroupVanished {
+        /// The group.
+        gid: u32,
+        /// The shard.
+        shard: String,
+    },
+}
+
+/// How a shard came to be registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// The usual way: its slots migrate onto it.
+    Registered(register::Registered),
+    /// By a split that [`complete`] finishes.
+    Splitting {
+        /// The shard's group.
+        gid: u32,
+    },
+}
+
+/// The alias `group` lists and where: `(index, alias)`.
+#[must_use]
+pub fn alias_in(group: &Group) -> Option<(usize, &str)> {
+    group
+        .servers
+        .iter()
+        .enumerate()
+        .find(|(_, gs)| ServerAddr::of(&gs.server).is_alias())
+        .map(|(i, gs)| (i, gs.server.as_str()))
+}
+
+/// The group that lists `server` under its alias (a split off it is under way).
+#[must_use]
+pub fn aliased_by<'s>(stats: &'s Stats, server: &str) -> Option<&'s Group> {
+    let alias = ServerAddr::alias_of(server);
+    stats.group.models.iter().find(|g| g.servers.iter().any(|gs| gs.server.eq_ignore_ascii_case(&alias)))
+}
+
+/// Whether `gid`'s split got past its promote (its alias is listed after index 0, or gone).
+#[must_use]
+pub fn is_promoted(stats: &Stats, gid: u32) -> bool {
+    stats.group(gid).and_then(alias_in).is_none_or(|(i, _)| i > 0)
+}
+
+/// The first group that lists an alias, among `gids`.
+#[must_use]
+pub fn splitting_among(stats: &Stats, gids: impl IntoIterator<Item = u32>) -> Option<u32> {
+    gids.into_iter().find(|&gid| stats.group(gid).is_some_and(|g| alias_in(g).is_some()))
+}
+
+/// Registers `shard`, splitting it off a donor when the step toward `goal_of`'s goal fills its group from one.
+/// Must be called with the topology lock held.
+pub async fn register(s: &Session<'_>, shard: &Shard, goal_of: impl Fn(&Stats) -> Goal) -> Result<Start> {
+    let stats = s.stats().await?;
+    let gid = match crate::steps::cluster::group_of_shard(&stats, &shard.name) {
+        Some(g) => g.id,
+        None => register::ensure_group(s, &stats, &shard.name).await?.0,
+    };
+    let stats = s.stats().await?;
+    let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
+    let serves = stats.slots.iter().any(|sl| sl.group_id == gid || sl.action.target_id == Some(gid));
+    if alias_in(group).is_some() && serves {
+        return Ok(Start::Splitting { gid });
+    }
+    let fresh = !serves
+        && group.servers.iter().all(|gs| ServerAddr::of(&gs.server).is_alias() || is_pod_of(shard, &gs.server, s));
+    if fresh {
+        if let Some((donor_master, slots)) = decide(s, &stats, shard, gid, &goal_of).await? {
+            begin(s, shard, gid, &donor_master, &slots).await?;
+            return Ok(Start::Splitting { gid });
+        }
+        if alias_in(group).is_some() {
+            empty(s, gid).await?;
+        }
+    }
+    Ok(Start::Registered(register::register(s, shard, &shard.pods).await?))
+}
+
+fn is_pod_of(shard: &Shard, server: &str, s: &Session<'_>) -> bool {
+    shard.pods.iter().any(|p| s.server(p).eq_ignore_ascii_case(server))
+}
+
+/// The donor's master and the slots, when a split fills `gid`: the step toward the goal (with `gid` among the
+/// receivers) fills it from one donor, whose master is idle and aliased nowhere, and every pod of the shard is empty
+/// or already copies that master.
+async fn decide(
+    s: &Session<'_>,
+    stats: &Stats,
+    shard: &Shard,
+    gid: u32,
+    goal_of: &impl Fn(&Stats) -> Goal,
+) -> Result<Option<(String, Vec<u32>)>> {
+    let mut goal = goal_of(stats);
+    if !goal.receivers.contains(&gid) {
+        goal.receivers.push(gid);
+        goal.unregistered = goal.unregistered.saturating_sub(1);
+    }
+    let states = slot_states(stats);
+    let Ok(step) = plan::toward(&states, &goal) else { return Ok(None) };
+    let Some(split) = plan::split::split_of(&states, &step, gid) else { return Ok(None) };
+    let Some(donor) = stats.group(split.donor) else { return Ok(None) };
+    let Some(master) = donor.master().map(str::to_owned) else { return Ok(None) };
+    if donor.is_promoting() || alias_in(donor).is_some() || ServerAddr::of(&master).is_alias() {
+        return Ok(None);
+    }
+    if aliased_by(stats, &master).is_some_and(|g| g.id != gid) {
+        return Ok(None);
+    }
+    let master_at = s.dial(&master)?;
+    for pod in &shard.pods {
+        let conn = s.pika(&s.server(pod)).await?;
+        if conn.info_replication().await?.follows(&master_at) {
+            continue;
+        }
+        let (_, keys) = conn.scan(0, 16).await?;
+        if !keys.is_empty() {
+            tracing::info!(pod = %pod.name(), "pod holds keys: registering it as usual rather than copying the donor");
+            return Ok(None);
+        }
+    }
+    tracing::info!(gid, donor = split.donor, slots = split.slots.len(), %master, "splitting the new shard off its donor");
+    Ok(Some((master, split.slots)))
+}
+
+/// Step 1: the alias as master, the pods as its replicas, then the slots.
+async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[u32]) -> Result<()> {
+    let alias = ServerAddr::alias_of(master);
+    let stats = s.stats().await?;
+    // The alias must be the master: a group registered the usual way (the 1.1 chart's own-shard postProvision does)
+    // serves nothing yet, so it is emptied and listed again behind the alias.
+    if stats
+        .group(gid)
+        .is_some_and(|g| !g.servers.is_empty() && !g.master().is_some_and(|m| m.eq_ignore_ascii_case(&alias)))
+    {
+        empty(s, gid).await?;
+    }
+    if s.stats().await?.group(gid).is_none_or(|g| g.server(&alias).is_none()) {
+        register::add_server(s, gid, &alias).await?;
+    }
+    let mut pods: Vec<&Pod> = shard.pods.iter().collect();
+    pods.sort_by_key(|p| p.ordinal());
+    for pod in pods {
+        let server = s.server(pod);
+        s.ensure_follows(&server, &alias).await?;
+        if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
+            register::add_server(s, gid, &server).await?;
+        }
+    }
+    let mapping: Vec<(u32, u32)> = slots.iter().map(|&sid| (sid, gid)).collect();
+    s.dashboard.slots_assign(&mapping).await?;
+    Ok(())
+}
+
+/// Deletes every server of `gid`, replicas first; the group serves no slot.
+async fn empty(s: &Session<'_>, gid: u32) -> Result<()> {
+    loop {
+        let stats = s.stats().await?;
+        let Some(group) = stats.group(gid) else { return Ok(()) };
+        let Some(last) = group.servers.last() else { return Ok(()) };
+        tracing::info!(gid, server = %last.server, "emptying a split that did not begin");
+        match s.dashboard.group_del(gid, &last.server).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_member() || e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What finishing a split did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// The group's master now.
+    pub master: String,
+    /// The donor group.
+    pub donor: Option<u32>,
+    /// Slots the group owns.
+    pub slots: usize,
+    /// Keys deleted on the new master and on the donor's master.
+    pub deleted: (u64, u64),
+}
+
+/// Steps 2 and 3 for `gid`, from whatever state Codis shows; the budget running out is exit 75 and the rerun goes on.
+pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finished> {
+    let mut finished = Finished::default();
+    loop {
+        s.ctx.budget.check(|| format!("splitting {} (group {gid}) off its donor", shard.name))?;
+        let stats = s.stats().await?;
+        let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
+        match alias_in(group) {
+            None => {
+                finished.master = group.master().unwrap_or_default().to_owned();
+                finished.slots = stats.slots_of(gid).len();
+                return Ok(finished);
+            }
+            Some((0, alias)) => {
+                let alias = alias.to_owned();
+                let to = new_master(s, shard, group)?;
+                catch_up(s, shard, &alias, &to).await?;
+                s.under_topology_lock(async |_| {
+                    let stats = s.stats().await?;
+                    let still =
+                        stats.group(gid).and_then(|g| g.master()).is_some_and(|m| m.eq_ignore_ascii_case(&alias));
+                    if still {
+                        transfer::catch_up(s, &alias, &to).await;
+                        tracing::info!(gid, to = %to, "promoting the split's new master");
+                        transfer::promote(s, gid, &to).await?;
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+            Some((_, alias)) => {
+                let alias = alias.to_owned();
+                let donor_server = ServerAddr::unaliased(&alias).into_owned();
+                finished.donor = stats.group_of_server(&donor_server).map(|g| g.id);
+                finished.deleted =
+                    s.under_topology_lock(async |_| hand_over(s, gid, &alias, &donor_server).await).await?;
+            }
+        }
+    }
+}
+
+/// The pod the split promotes: a member of the group, the lowest ordinal.
+fn new_master(s: &Session<'_>, shard: &Shard, group: &Group) -> Result<String> {
+    let mut pods: Vec<&Pod> = shard.pods.iter().filter(|p| group.server(&s.server(p)).is_some()).collect();
+    pods.sort_by_key(|p| p.ordinal());
+    pods.first().map(|p| s.server(p)).ok_or_else(|| Error::InProgress {
+        progress: format!("group {}: no pod of {} is listed yet", group.id, shard.name),
+    })
+}
+
+/// Waits until every listed pod follows the alias with its link up and `to` has everything the donor's master had
+/// when the wait began.
+async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Result<()> {
+    let stats = s.stats().await?;
+    for pod in &shard.pods {
+        let server = s.server(pod);
+        if stats.group_of_server(&server).is_some() {
+            s.ensure_follows(&server, alias).await?;
+            s.wait_link_up(&server, alias).await?;
+        }
+    }
+    let target = s.replication(alias).await?.offset;
+    loop {
+        let at = s.replication(to).await?.offset;
+        match (target, at) {
+            (Some(m), Some(t)) if t < m => {}
+            _ => return Ok(()),
+        }
+        s.ctx.budget.check(|| format!("{to} is catching up with {alias}"))?;
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+    }
+}
+
+/// Step 3, under the lock: the other pods follow the new master, both masters lose the keys of slots their group
+/// no longer owns, the alias goes. Returns the keys deleted on the new master and on the donor's.
+async fn hand_over(s: &Session<'_>, gid: u32, alias: &str, donor_server: &str) -> Result<(u64, u64)> {
+    let stats = s.stats().await?;
+    let group = stats.group(gid).ok_or(Refusal::GroupVanished { gid, shard: String::new() })?;
+    if group.is_promoting() {
+        return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
+    }
+    let master = group.master().unwrap_or_default().to_owned();
+    s.ensure_master(&master).await?;
+    for gs in &group.servers[1..] {
+        if !ServerAddr::of(&gs.server).is_alias() {
+            s.ensure_follows(&gs.server, &master).await?;
+        }
+    }
+    let on_new = delete_unowned(s, &master, gid).await?;
+    let donor = stats.group_of_server(donor_server).map(|g| (g.id, g.master().unwrap_or_default().to_owned()));
+    let on_donor = match donor {
+        Some((dgid, dmaster)) if !dmaster.is_empty() => delete_unowned(s, &dmaster, dgid).await?,
+        _ => 0,
+    };
+    tracing::info!(gid, alias, "removing the donor's alias");
+    match s.dashboard.group_del(gid, alias).await {
+        Ok(()) => {}
+        Err(e) if e.is_not_member() || e.is_not_found() => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok((on_new, on_donor))
+}
+
+/// Deletes on `server`, the master of `gid`, every key of a slot `gid` neither owns nor receives. The caller holds
+/// the topology lock, so no slot starts moving onto `gid` meanwhile.
+async fn delete_unowned(s: &Session<'_>, server: &str, gid: u32) -> Result<u64> {
+    let conn = s.pika(server).await?;
+    let mut deleted = 0;
+    let mut cursor = 0;
+    loop {
+        let stats = s.stats().await?;
+        let keep: BTreeSet<usize> = stats
+            .slots
+            .iter()
+            .filter(|sl| sl.group_id == gid || sl.action.target_id == Some(gid))
+            .map(|sl| sl.id as usize)
+            .collect();
+        let slots = stats.max_slot_num();
+        let (next, keys) = conn.scan(cursor, SCAN_BATCH).await?;
+        let strays: Vec<Vec<u8>> =
+            keys.into_iter().filter(|k| !keep.contains(&plan::keyslot::slot_of(k, slots))).collect();
+        deleted += conn.del(&strays).await?;
+        if next == 0 {
+            tracing::info!(server, gid, deleted, "deleted the keys of slots the group does not own");
+            return Ok(deleted);
+        }
+        cursor = next;
+        s.ctx
+            .budget
+            .check(|| format!("deleting on {server} the keys of slots group {gid} does not own: {deleted} so far"))?;
+    }
+}
