@@ -124,7 +124,7 @@ async fn provision_one(
         let leaving = crate::steps::drain::recorded_leavers(s).await?;
         let start =
             s.under_topology_lock(async |_| split::register(s, shard, |stats| goal_of(stats, &leaving)).await).await?;
-        if let Start::Splitting { gid } = start {
+        if let Start::Splitting { gid, .. } = start {
             split::complete(s, shard, gid).await?;
         }
     }

@@ -6,10 +6,17 @@
 //! four shards added in one request move exactly the slots one rebalance over all eight would, whatever order and
 //! overlap their shardAdds run in; one whose group is not there yet takes the rest when it registers.
 //!
+//! When that step fills the new shard from one donor (4→8, 8→16, 2→4, 1→2: each new shard takes half of one old
+//! shard's slots), the shard is split off the donor instead ([`split`]): its pods copy the donor's master by
+//! replication and the slots change hands without a key migrated, so the change costs a replica's sync instead of
+//! Codis's executor rounds. Other changes (3→4) migrate.
+//!
 //! KubeBlocks 1.1 runs the shardAdds of one reconcile one after another, each call blocking, so a call that waited
 //! for its own migrations would hold back the next shard's registration and serialise the change. While other listed
 //! shards have no group yet, a call therefore hands its migrations to Codis and exits 75 at once; the next call (the
-//! next reconcile) waits for what is left. The last shard to register waits, beside everyone else's migrations.
+//! next reconcile) waits for what is left. The last shard to register waits, beside everyone else's migrations. A
+//! split is handed off the same way while other shards of the change are still to be filled: its pods keep copying
+//! the donor in the meantime, and the next run promotes and cleans up.
 
 use std::collections::BTreeSet;
 
@@ -48,16 +55,17 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
             register::settle(&s, &reg, &new.pods).await?;
             None
         }
-        Start::Splitting { gid } => {
+        Start::Splitting { gid, began } => {
             // Other shards of the change still to be filled begin their own split (or migrations) in the next
-            // shardAdd while this one's pods copy the donor; the next run of this one completes it.
+            // shardAdd while this one's pods copy the donor; the next run of this one completes it. Only the run
+            // that began the split hands off, as a run hands off only the migrations it created.
             let stats = s.stats().await?;
             let unfilled = staying(&leaving)
                 .iter()
                 .filter(|n| **n != added)
                 .filter(|n| cluster::group_of_shard(&stats, n).is_none_or(|g| stats.slots_of(g.id).is_empty()))
                 .count();
-            if unfilled > 0 && !split::is_promoted(&stats, gid) {
+            if began && unfilled > 0 {
                 return Err(Error::InProgress {
                     progress: format!(
                         "{added} (group {gid}) is splitting off its donor; {unfilled} other shard(s) of this change are                          not filled yet: returning so that their shardAdd can run; the next run completes the split"

@@ -502,6 +502,19 @@ impl Pika {
         Ok((next, keys))
     }
 
+    /// `SLOTSRELOAD`: pika rebuilds its per-slot key sets in the background (a promoted replica may have none).
+    /// `Ok(false)` from a server without the command (redis-server).
+    pub async fn slots_reload(&self) -> Result<bool, Error> {
+        crate::failpoint::step("SLOTSRELOAD");
+        match self.query::<redis::Value>("SLOTSRELOAD", &redis::cmd("SLOTSRELOAD"), None).await {
+            Ok(_) => Ok(true),
+            Err(Error::Command { message, .. }) if message.to_ascii_lowercase().contains("unknown command") => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `DEL key…`: how many of `keys` existed. Nothing is sent for none.
     pub async fn del(&self, keys: &[Vec<u8>]) -> Result<u64, Error> {
         if keys.is_empty() {

@@ -18,7 +18,8 @@
 //! decided afresh. While a group lists an alias, the product never commands the pika behind it through that group,
 //! never plans slot moves touching the group, and neither switches over nor removes the donor's master.
 //!
-//! The promote has the window every planned promote has: a write the donor's master acknowledged after the last
+//! After the promote the new master rebuilds pika's per-slot key sets (`SLOTSRELOAD`, in the background), which a
+//! pika replica may not keep. The promote has the window every planned promote has: a write the donor's master acknowledged after the last
 //! catch-up check and before the proxies locked the slots may not have reached the new master.
 
 use std::collections::BTreeSet;
@@ -63,6 +64,8 @@ pub enum Start {
     Splitting {
         /// The shard's group.
         gid: u32,
+        /// Whether this run began it (the slots were just handed over).
+        began: bool,
     },
 }
 
@@ -84,12 +87,6 @@ pub fn aliased_by<'s>(stats: &'s Stats, server: &str) -> Option<&'s Group> {
     stats.group.models.iter().find(|g| g.servers.iter().any(|gs| gs.server.eq_ignore_ascii_case(&alias)))
 }
 
-/// Whether `gid`'s split got past its promote (its alias is listed after index 0, or gone).
-#[must_use]
-pub fn is_promoted(stats: &Stats, gid: u32) -> bool {
-    stats.group(gid).and_then(alias_in).is_none_or(|(i, _)| i > 0)
-}
-
 /// The first group that lists an alias, among `gids`.
 #[must_use]
 pub fn splitting_among(stats: &Stats, gids: impl IntoIterator<Item = u32>) -> Option<u32> {
@@ -108,20 +105,40 @@ pub async fn register(s: &Session<'_>, shard: &Shard, goal_of: impl Fn(&Stats) -
     let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
     let serves = stats.slots.iter().any(|sl| sl.group_id == gid || sl.action.target_id == Some(gid));
     if alias_in(group).is_some() && serves {
-        return Ok(Start::Splitting { gid });
+        return Ok(Start::Splitting { gid, began: false });
     }
     let fresh = !serves
         && group.servers.iter().all(|gs| ServerAddr::of(&gs.server).is_alias() || is_pod_of(shard, &gs.server, s));
     if fresh {
         if let Some((donor_master, slots)) = decide(s, &stats, shard, gid, &goal_of).await? {
             begin(s, shard, gid, &donor_master, &slots).await?;
-            return Ok(Start::Splitting { gid });
+            return Ok(Start::Splitting { gid, began: true });
         }
-        if alias_in(group).is_some() {
-            empty(s, gid).await?;
+        // A split begun and abandoned (a crash, then a changed goal): the pods may hold a copy of the donor's data,
+        // which the group, owning no slot yet, must not keep once it serves slots of its own.
+        if alias_in(group).is_some() || copies_elsewhere(s, shard).await {
+            if alias_in(group).is_some() {
+                empty(s, gid).await?;
+            }
+            let reg = register::register(s, shard, &shard.pods).await?;
+            delete_unowned(s, &reg.master, gid).await?;
+            return Ok(Start::Registered(reg));
         }
     }
     Ok(Start::Registered(register::register(s, shard, &shard.pods).await?))
+}
+
+/// Whether a pod of `shard` replicates a server that is not a pod of `shard` (a split's copy).
+async fn copies_elsewhere(s: &Session<'_>, shard: &Shard) -> bool {
+    let own: Vec<_> = shard.pods.iter().filter_map(|p| s.dial(&s.server(p)).ok()).collect();
+    for pod in &shard.pods {
+        if let Ok(info) = s.replication(&s.server(pod)).await {
+            if info.role.is_slave() && !own.iter().any(|at| info.follows(at)) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 fn is_pod_of(shard: &Shard, server: &str, s: &Session<'_>) -> bool {
@@ -316,6 +333,10 @@ async fn hand_over(s: &Session<'_>, gid: u32, alias: &str, donor_server: &str) -
         }
     }
     let on_new = delete_unowned(s, &master, gid).await?;
+    // A pika replica may keep no per-slot key sets; the new master needs them before its slots can migrate.
+    if !s.pika(&master).await?.slots_reload().await? {
+        tracing::debug!(server = %master, "no SLOTSRELOAD here (not pika): nothing to rebuild");
+    }
     let donor = stats.group_of_server(donor_server).map(|g| (g.id, g.master().unwrap_or_default().to_owned()));
     let on_donor = match donor {
         Some((dgid, dmaster)) if !dmaster.is_empty() => delete_unowned(s, &dmaster, dgid).await?,

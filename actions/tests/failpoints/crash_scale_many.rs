@@ -4,8 +4,10 @@
 //! its n-th external mutation (`PIKA_ACTION_CRASH_AT=n`), the dead run's lock expired, and the change carried on
 //! (the crashed action rerun to its end, then the rest, then every action once more as later reconciles would).
 //! Every replay must end where a crash-free change does — balanced ±1 over the shards that stay, no slot action
-//! left, the removed groups gone — with the slot moves of the whole change, counted from every state change of the
-//! double, equal to the one-step minimum: a crash never makes a slot move twice.
+//! left, the removed groups gone, no alias listed, every key written before the change read back and no master
+//! holding a key of a slot it does not own — with the slot moves of the whole change, counted from every state
+//! change of the double, equal to the one-step minimum: a crash never makes a slot move twice. 2→4 over 64 slots
+//! splits each new shard off a donor, so its crash points include every step of a split.
 
 use crate::attack;
 use crate::change;
@@ -19,6 +21,9 @@ use support::{describe, minimum_moves, run, run_to_completion, NAMESPACE};
 
 /// Few slots keep each replay short; the moves still go many to many.
 const SLOTS: usize = 64;
+/// Keys written through the proxy before the change: every one must read back, and every master must hold the keys
+/// of its own slots only (a split copies its donor and then deletes what it does not own).
+const KEYS: usize = 300;
 
 /// One replay's bed and the change's actions, in the order KubeBlocks calls them.
 struct Case {
@@ -72,6 +77,7 @@ fn four_to_two() -> Case {
 fn replay(build: &dyn Fn() -> Case, k: usize, n: usize, points: &mut summary::Category) -> Option<()> {
     let c = build();
     let before = c.change.bed.owners();
+    let ledger = testbed::Ledger::preload(&c.change.proxy.data_addr(), "pre", KEYS).expect("preload through the proxy");
     c.change.count_moves();
     for (action, env) in &c.actions[..k] {
         run_to_completion(action, env);
@@ -103,6 +109,8 @@ fn replay(build: &dyn Fn() -> Case, k: usize, n: usize, points: &mut summary::Ca
         let moves = c.change.moves();
         assert_eq!(moves, minimum, "{action} {k} crash point {n}: slot moves over the whole change");
         c.change.assert_done(&gids, &c.gone);
+        c.change.assert_no_stray_keys();
+        ledger.verify_kept(&c.change.proxy.data_addr(), &c.change.bed.codis).unwrap_or_else(|e| panic!("{e}"));
     });
     crashed.then_some(())
 }

@@ -130,6 +130,26 @@ fn four_to_eight_on_1_1_called_one_after_another_as_a_reconcile_does_moves_the_m
     });
 }
 
+/// As the 1.1 chart runs a scale-out: each new shard's component postProvision registers its group first
+/// (`--own-shard`, no slot moves), then a reconcile calls the shardAdds one after another. A registered group that
+/// serves nothing is emptied and listed again behind its donor's alias, so each still splits.
+#[test]
+fn four_to_eight_on_1_1_with_every_group_registered_first_splits_each_new_shard_off_a_donor() {
+    let c = four_plus_four("1.1");
+    let all: Vec<usize> = (0..8).collect();
+    for i in 4..8 {
+        let out = support::run_args(&["post-provision", "--own-shard"], &c.env_1_1(i, &all));
+        assert_eq!(out.status.code(), Some(0), "{}", support::describe(&out));
+    }
+    let order = shuffled(&[4, 5, 6, 7], "shard-adds in turn, all registered");
+    let actions: Vec<(&str, Env)> = order.iter().map(|&i| ("shard-add", add_env(&c, i))).collect();
+    by_splits(&c, || {
+        scale(&c, &all, &[], || {
+            one_after_another(&actions);
+        });
+    });
+}
+
 /// Codis takes one slot per group into a round, so a change that migrates needs as many rounds as the most slots one
 /// group sends or receives, and the product must reach that: once every new group is registered, one run plans and
 /// submits the whole change at once, and the disjoint pairs migrate side by side in every round. 3→5 over 1024 slots
