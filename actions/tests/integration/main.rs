@@ -34,5 +34,6 @@ mod render;
 mod role_probe;
 mod scale_in;
 mod scale_many;
+mod split;
 mod switchover;
 mod switchover_one_call;
