@@ -177,8 +177,9 @@ async fn decide(
         if conn.info_replication().await?.follows(&master_at) {
             continue;
         }
-        let (_, keys) = conn.scan(0, 16).await?;
-        if !keys.is_empty() {
+        // A first page may come back empty with more to scan: only cursor 0 and no key says empty.
+        let (next, keys) = conn.scan(0, 16).await?;
+        if !keys.is_empty() || next != 0 {
             tracing::info!(pod = %pod.name(), "pod holds keys: registering it as usual rather than copying the donor");
             return Ok(None);
         }
@@ -202,11 +203,24 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
     if s.stats().await?.group(gid).is_none_or(|g| g.server(&alias).is_none()) {
         register::add_server(s, gid, &alias).await?;
     }
-    let mut pods: Vec<&Pod> = shard.pods.iter().collect();
-    pods.sort_by_key(|p| p.ordinal());
-    for pod in pods {
+    // Replicas first: pika refuses SLAVEOF on a master that still has replicas of its own (a group registered the
+    // usual way has them), until they have gone.
+    let mut pods: Vec<(bool, Option<u32>, &Pod)> = Vec::new();
+    for pod in &shard.pods {
+        let is_master = s.replication(&s.server(pod)).await.is_ok_and(|i| !i.role.is_slave());
+        pods.push((is_master, pod.ordinal(), pod));
+    }
+    pods.sort_by_key(|(is_master, ordinal, _)| (*is_master, *ordinal));
+    for (_, _, pod) in pods {
         let server = s.server(pod);
-        s.ensure_follows(&server, &alias).await?;
+        match s.ensure_follows(&server, &alias).await {
+            Err(Error::Pika(e)) if e.is_transient_slaveof_refusal() => {
+                return Err(Error::InProgress {
+                    progress: format!("{server} cannot follow {alias} yet ({e}); the next run goes on with the split"),
+                });
+            }
+            other => other?,
+        };
         if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
             register::add_server(s, gid, &server).await?;
         }

@@ -69,3 +69,25 @@ fn a_split_half_way_serves_every_key_through_the_donor_and_holds_off_the_donors_
     assert_eq!(out.status.code(), Some(0), "switchover after the split: {}", describe(&out));
     assert_ne!(c.bed.codis.snapshot().master(donor.id), Some(donor_master.as_str()), "the donor's master stayed");
 }
+
+/// A new shard whose pod already holds a key (a disk that came back, a pod reused) is never overwritten by a copy of
+/// its donor: it registers the usual way, its slots migrate onto it, and the key is still there.
+#[test]
+fn a_new_pod_that_holds_keys_is_registered_the_usual_way_and_keeps_them() {
+    let mut c = Change::new(support::Bed::builder().shards(1).pods(1), SLOTS);
+    run_to_completion("post-provision", &c.env_1_1(0, &[0]));
+    let new = c.add_shard(1);
+    let pod = &c.bed.cluster.shards[new].pods[0];
+    assert!(pod.redis.command(&["SET", "left-behind", "1"]).starts_with("+OK"));
+    let (ledger, writer) = c.start_writing(200);
+    let (rounds_before, _) = c.bed.codis.executor_rounds();
+    let mut env = c.env_1_1(new, &[0, 1]);
+    env.insert("KB_ADD_SHARD_NAME".into(), c.bed.cluster.shards[new].full.clone());
+    run_to_completion("shard-add", &env);
+    assert!(c.bed.codis.executor_rounds().0 > rounds_before, "the slots were not migrated");
+    let gids = c.gids(&[0, 1]);
+    c.assert_done(&gids, &[]);
+    c.check_no_key_lost(ledger, writer);
+    let pod = &c.bed.cluster.shards[new].pods[0];
+    assert_eq!(pod.redis.command(&["GET", "left-behind"]).lines().last(), Some("1"), "the pod's own key is gone");
+}
