@@ -248,8 +248,6 @@ async fn empty(s: &Session<'_>, gid: u32) -> Result<()> {
 /// What finishing a split did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Finished {
-    /// The group's master now.
-    pub master: String,
     /// The donor group.
     pub donor: Option<u32>,
     /// Slots the group owns.
@@ -267,7 +265,6 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
         let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
         match alias_in(group) {
             None => {
-                finished.master = group.master().unwrap_or_default().to_owned();
                 finished.slots = stats.slots_of(gid).len();
                 return Ok(finished);
             }
@@ -293,7 +290,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let donor_server = ServerAddr::unaliased(&alias).into_owned();
                 finished.donor = stats.group_of_server(&donor_server).map(|g| g.id);
                 finished.deleted =
-                    s.under_topology_lock(async |_| hand_over(s, gid, &alias, &donor_server).await).await?;
+                    s.under_topology_lock(async |_| hand_over(s, shard, gid, &alias, &donor_server).await).await?;
             }
         }
     }
@@ -333,9 +330,9 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
 
 /// Step 3, under the lock: the other pods follow the new master, both masters lose the keys of slots their group
 /// no longer owns, the alias goes. Returns the keys deleted on the new master and on the donor's.
-async fn hand_over(s: &Session<'_>, gid: u32, alias: &str, donor_server: &str) -> Result<(u64, u64)> {
+async fn hand_over(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, donor_server: &str) -> Result<(u64, u64)> {
     let stats = s.stats().await?;
-    let group = stats.group(gid).ok_or(Refusal::GroupVanished { gid, shard: String::new() })?;
+    let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
     if group.is_promoting() {
         return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
     }
