@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::clients::codis::Stats;
+use crate::clients::codis::{Group, Stats};
 use crate::clients::kube::Kube;
 use crate::error::{Error, Result};
 use crate::input::context::Context;
@@ -91,6 +91,19 @@ async fn provision_all(s: &Session<'_>, shards: &[Shard]) -> Result<String> {
     finish(s, &groups, move |_, _| Aim { goal: Goal::new(targets.clone(), 0), own: Own::Everything }).await
 }
 
+/// A shard being deleted whose group still holds or receives slots (its drain has not finished), and that group.
+fn still_draining<'a>(
+    stats: &'a Stats,
+    shards: &'a [Shard],
+    deleting: &BTreeSet<String>,
+) -> Option<(&'a str, &'a Group)> {
+    shards.iter().filter(|sh| deleting.contains(&sh.name)).find_map(|sh| {
+        cluster::group_of_shard(stats, &sh.name)
+            .filter(|g| !stats.slots_of(g.id).is_empty() || !stats.slots_targeting(g.id).is_empty())
+            .map(|g| (sh.name.as_str(), g))
+    })
+}
+
 async fn provision_one(
     s: &Session<'_>,
     shard: &Shard,
@@ -111,16 +124,9 @@ async fn provision_one(
         let unregistered = names.len() - receivers.len() + missing;
         Goal::new(receivers, unregistered)
     };
-    let draining = {
-        let stats = s.stats().await?;
-        shards.iter().filter(|sh| deleting.contains(&sh.name)).any(|sh| {
-            cluster::group_of_shard(&stats, &sh.name)
-                .is_some_and(|g| !stats.slots_of(g.id).is_empty() || !stats.slots_targeting(g.id).is_empty())
-        })
-    };
-    // A shard joining while none is being deleted may split off a donor; its postProvision completes the split
-    // before balancing (the other shards' postProvisions run at the same time on 1.0.x).
-    if !draining {
+    // A shard joining while no deleting shard still drains may split off a donor; its postProvision completes the
+    // split before balancing (the other shards' postProvisions run at the same time on 1.0.x).
+    if still_draining(&s.stats().await?, shards, &deleting).is_none() {
         let leaving = crate::steps::drain::recorded_leavers(s).await?;
         let start =
             s.under_topology_lock(async |_| split::register(s, shard, |stats| goal_of(stats, &leaving)).await).await?;
@@ -132,12 +138,7 @@ async fn provision_one(
     let stats = s.stats().await?;
     // A shard being deleted keeps its slots until its own pre-terminate has drained them; balancing around it now
     // would move them twice (or fight the drain).
-    if let Some((name, g)) = shards
-        .iter()
-        .filter(|sh| deleting.contains(&sh.name))
-        .find_map(|sh| cluster::group_of_shard(&stats, &sh.name).map(|g| (&sh.name, g)))
-        .filter(|(_, g)| !stats.slots_of(g.id).is_empty() || !stats.slots_targeting(g.id).is_empty())
-    {
+    if let Some((name, g)) = still_draining(&stats, shards, &deleting) {
         return Err(Error::InProgress {
             progress: format!(
                 "registered {} as group {}; {name} (group {}) is being deleted and its drain has not finished: the \

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::change::{self, Change};
+use crate::failover_bed::{kill9, FailoverBed, Options, PATIENCE};
+use crate::support::PodFixture;
 use crate::support::{self, describe, run, run_to_completion};
 
 const SLOTS: usize = 64;
@@ -90,4 +92,107 @@ fn a_new_pod_that_holds_keys_is_registered_the_usual_way_and_keeps_them() {
     c.check_no_key_lost(ledger, writer);
     let pod = &c.bed.cluster.shards[new].pods[0];
     assert_eq!(pod.redis.command(&["GET", "left-behind"]).lines().last(), Some("1"), "the pod's own key is gone");
+}
+
+/// Two shards of two pods over [`SLOTS`] slots, two more added; the first new shard's split begun and handed off
+/// (its alias the new group's master), keys preloaded before and written through the alias after, and every
+/// replica caught up with the donor's master. Returns the bed, the keys, the donor shard and its master's ordinal.
+fn half_way_split() -> (FailoverBed, testbed::Ledger, usize, u32) {
+    let double = testbed::DoubleOptions { max_slot_num: SLOTS, ..testbed::DoubleOptions::default() };
+    let mut fb = FailoverBed::new(Options { double, ..Options::default().shards(2).pods(2) });
+    for _ in 0..2 {
+        fb.bed.add_shard(2);
+    }
+    for (server, real) in fb.bed.cluster.overrides() {
+        fb.proxy.set_override(&server, &real);
+    }
+    let mut ledger = testbed::Ledger::preload(&fb.proxy.data_addr(), "pre", 300).expect("preload");
+
+    let out = run("shard-add", &shard_add_env(&fb, 2));
+    assert_eq!(out.status.code(), Some(75), "the split's first run hands off: {}", describe(&out));
+    let alias = fb.bed.codis.snapshot().master(fb.gid(2)).expect("the new group's master").to_owned();
+    assert!(change::is_alias(&alias), "the new group's master is {alias}, not an alias");
+    let donor_master = alias.replacen(".:", ":", 1);
+    let d = (0..2).find(|&i| fb.pods(i).iter().any(|p| p.server() == donor_master)).expect("the donor shard");
+    let old = fb.codis_master(d);
+    // Keys of every slot, the split's share among them, written through the alias to the donor's pika.
+    ledger.merge(testbed::Ledger::preload(&fb.proxy.data_addr(), "mid", 300).expect("writes mid-split"));
+
+    // Everything acknowledged reaches every copy before the master goes: these tests are about the split, not the
+    // replication lag any failover may lose.
+    let master = fb.pods(d).iter().find(|p| p.ordinal == old).expect("the donor's master pod");
+    let target = testbed::process::info_field(&master.redis.info_replication(), "master_repl_offset");
+    let copies: Vec<&PodFixture> = fb.pods(d).iter().chain(fb.pods(2)).filter(|p| p.server() != donor_master).collect();
+    assert!(
+        support::eventually(PATIENCE, || copies
+            .iter()
+            .all(|p| { testbed::process::info_field(&p.redis.info_replication(), "slave_repl_offset") == target })),
+        "the copies did not catch up with the donor's master"
+    );
+    (fb, ledger, d, old)
+}
+
+fn shard_add_env(fb: &FailoverBed, index: usize) -> BTreeMap<String, String> {
+    let mut env = fb.env(index);
+    env.insert("KB_ADD_SHARD_NAME".into(), fb.bed.cluster.shards[index].full.clone());
+    env
+}
+
+/// Completes the change begun by [`half_way_split`] and checks it: no alias left, balanced, no master holding a key
+/// of a slot its group does not own, every key read back through the proxy and from its group's master.
+fn finish_and_check(fb: &FailoverBed, ledger: &testbed::Ledger, log: &dyn Fn() -> String) {
+    run_to_completion("shard-add", &shard_add_env(fb, 3));
+    run_to_completion("shard-add", &shard_add_env(fb, 2));
+    let snap = fb.bed.codis.snapshot();
+    for g in &snap.groups {
+        assert!(g.servers.iter().all(|gs| !change::is_alias(&gs.server)), "group {} lists an alias", g.id);
+    }
+    let gids: Vec<u32> = (0..4).map(|i| fb.gid(i)).collect();
+    fb.bed.assert_balanced(&gids);
+    let owners = fb.bed.owners();
+    for &g in &gids {
+        let real = fb.bed.codis.real_addr(snap.master(g).expect("a master"));
+        let pod = fb.bed.cluster.shards.iter().flat_map(|s| &s.pods).find(|p| p.redis.addr() == real).expect("a pod");
+        let strays = change::keys_not_owned(&pod.redis, &owners, g);
+        assert!(strays.is_empty(), "group {g} holds {} key(s) of slots it does not own", strays.len());
+    }
+    ledger.verify_kept(&fb.proxy.data_addr(), &fb.bed.codis).unwrap_or_else(|e| panic!("{e}\n{}", log()));
+}
+
+/// The donor's master dies half-way through a split and stays dead, the watcher running: it replaces the donor's
+/// master with its replica and the new group's (the alias, dead with it) with the most advanced pod copying it; the
+/// change then completes, and every key written before the kill, including those written to the split's slots
+/// through the alias, is still there, on the group that owns its slot and nowhere else.
+#[test]
+fn a_donor_master_killed_half_way_through_a_split_is_failed_over_in_both_groups_and_no_key_is_lost() {
+    let (mut fb, ledger, d, old) = half_way_split();
+    let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
+    assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
+    kill9(&fb.pods(d)[old as usize]);
+    fb.pod_mut(d, old).redis.kill();
+    assert!(fb.wait_new_master(d, old).is_some(), "the donor's master was not replaced:\n{}", watcher.log());
+    assert!(
+        support::eventually(PATIENCE, || !change::is_alias(fb.bed.codis.snapshot().master(fb.gid(2)).unwrap_or(""))),
+        "the new group still has the dead alias as its master:\n{}",
+        watcher.log()
+    );
+    finish_and_check(&fb, &ledger, &|| watcher.log());
+}
+
+/// The donor's master comes back on an empty volume half-way through a split, before any watcher acted: `rejoin`
+/// hands the donor group to its replica and the pod restarts as that replica's replica, so the alias now names a
+/// replica. The split must not promote a copy that is behind the donor's new master, nor lose the keys the donor
+/// holds for the split's slots; the change completes with every key kept.
+#[test]
+fn a_donor_master_back_on_an_empty_volume_half_way_through_a_split_loses_no_key() {
+    let (mut fb, ledger, d, old) = half_way_split();
+    kill9(&fb.pods(d)[old as usize]);
+    let pod = fb.pod_mut(d, old);
+    pod.redis.reset_config();
+    let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
+    let out = fb.rejoin(d, old, &[]);
+    assert_eq!(out.status.code(), Some(0), "rejoin of the donor's master: {}", describe(&out));
+    assert_ne!(fb.codis_master(d), old, "codis still lists the empty master: {}", describe(&out));
+    fb.pod_mut(d, old).redis.restart();
+    finish_and_check(&fb, &ledger, &|| String::new());
 }
