@@ -11,7 +11,8 @@
 //! 2. **Detection** ([`Detector`]). The leader probes each group's master (Codis's `servers[0]`) with `INFO
 //!    replication` every `WATCH_PROBE_INTERVAL_MS` over a kept connection, each probe waiting up to
 //!    `FAILOVER_DETECTION_MS`. A master whose every probe failed for that long is dead; one that answers, however
-//!    slowly, within it is not.
+//!    slowly, within it is not. A split's alias listed as a group's master that answers as a replica counts as
+//!    failing too: its donor's master was handed over meanwhile, and the split's slots go to a pika refusing writes.
 //! 3. **Failover.** For a dead master of a group with replicas: take the group's transfer lock (never the topology
 //!    lock, which a drain may hold while it waits on this very group), then the fenced, unplanned transfer of
 //!    [`transfer`]: the most advanced replica that completed a sync is fenced in etcd, promoted through Codis
@@ -43,6 +44,7 @@ use crate::clients::codis::{Dashboard, Group};
 use crate::clients::etcd::{self, Etcd, LockGuard};
 use crate::clients::kube::ObjectRef;
 use crate::clients::pika::{self, Pika, Replication};
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
@@ -389,6 +391,11 @@ impl<'a> Leader<'a> {
         crate::allocator::give_back_free_memory();
     }
 
+    /// Whether `server` is a split's alias listed as its group's master.
+    fn is_split_master(&self, server: &str) -> bool {
+        ServerAddr::of(server).is_alias() && self.master_of(server).is_some()
+    }
+
     fn master_of(&self, server: &str) -> Option<u32> {
         self.groups.iter().find(|(_, g)| g.master.eq_ignore_ascii_case(server)).map(|(gid, _)| *gid)
     }
@@ -417,6 +424,14 @@ impl<'a> Leader<'a> {
     async fn probed(&mut self, done: ProbeDone, jobs: &mut JoinSet<JobDone>) {
         let now = Instant::now();
         match done.result {
+            // A split's alias that answers as a replica: its donor's master was handed over (by `rejoin`) while the
+            // split went on, so the proxies send the split's slots to a pika that refuses writes. Nothing but a new
+            // master of the new group serves them again; to the failover it is as gone as a dead master.
+            Ok((conn, info)) if info.role.is_slave() && self.is_split_master(&done.server) => {
+                self.conns.insert(done.server.clone(), conn);
+                let why = "the alias of the donor's master names a replica now: the donor's master moved".to_owned();
+                self.detector.report(&done.server, done.sent, Err(why), now);
+            }
             Ok((conn, info)) => {
                 let was_failing = self.detector.is_failing(&done.server);
                 self.detector.report(&done.server, done.sent, Ok(()), now);

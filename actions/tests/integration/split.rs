@@ -196,3 +196,46 @@ fn a_donor_master_back_on_an_empty_volume_half_way_through_a_split_loses_no_key(
     fb.pod_mut(d, old).redis.restart();
     finish_and_check(&fb, &ledger, &|| String::new());
 }
+
+/// As above, with the watcher running: the alias answers again, but as a replica (writes to the split's slots are
+/// refused), and the watcher fails the new group over to its most advanced pod as it would a dead master, so writes
+/// to the split's slots resume before any run of the split; then the change completes with every key kept.
+#[test]
+fn with_the_watcher_a_split_whose_alias_names_a_replica_is_failed_over_and_takes_writes_before_its_next_run() {
+    let (mut fb, mut ledger, d, old) = half_way_split();
+    let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
+    assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
+    // Gone and back before the watcher's detection time: only rejoin acts on the donor.
+    kill9(&fb.pods(d)[old as usize]);
+    let pod = fb.pod_mut(d, old);
+    pod.redis.reset_config();
+    let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
+    let out = fb.rejoin(d, old, &[]);
+    assert_eq!(out.status.code(), Some(0), "rejoin of the donor's master: {}", describe(&out));
+    fb.pod_mut(d, old).redis.restart();
+
+    let gid = fb.gid(2);
+    assert!(
+        support::eventually(PATIENCE, || !change::is_alias(fb.bed.codis.snapshot().master(gid).unwrap_or(""))),
+        "the new group's master is still the alias, which names a replica:\n{}",
+        watcher.log()
+    );
+    assert!(watcher.log().contains("names a replica"), "{}", watcher.log());
+    // A key of the split's share takes a write through the proxy now, before the split's next run.
+    let owners = fb.bed.owners();
+    let key = (0..)
+        .map(|i| format!("after-{i}"))
+        .find(|k| owners[testbed::codis::slothash::slot_of(k.as_bytes(), owners.len())] == gid)
+        .expect("a key of the split's share");
+    let written = support::eventually(PATIENCE, || {
+        testbed::Ledger::write_keys(&fb.proxy.data_addr(), std::slice::from_ref(&key)).is_ok_and(|l| {
+            let ok = l.acked.len() == 1;
+            if ok {
+                ledger.merge(l);
+            }
+            ok
+        })
+    });
+    assert!(written, "no write to the split's share got through:\n{}", watcher.log());
+    finish_and_check(&fb, &ledger, &|| watcher.log());
+}
