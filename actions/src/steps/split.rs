@@ -9,10 +9,12 @@
 //!    write is refused and no read is stale.
 //! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master; then,
 //!    under the lock, Codis promotes the new master (the proxies hold `G`'s slots meanwhile).
-//! 3. **Promoted** (the alias listed after index 0): the shard's other pods follow the new master, each side deletes
-//!    the keys of the slots it no longer owns, and the alias is removed. All of it under one hold of the lock, so
-//!    that no slot moves onto either group while it still holds copies of keys it does not own (a later migration
-//!    would bring back a key deleted meanwhile); a crash leaves the alias listed, and the rerun cleans up again.
+//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods follow the new master;
+//!    then, holding no lock, each side deletes the keys of the slots it no longer owns; then, under the lock, the
+//!    alias is removed. No slot moves onto the new group while it still holds copies of keys it does not own (a
+//!    later migration would bring back a key deleted meanwhile): while the alias is listed no move touching the group
+//!    is planned, and the donor's copies are of the new group's slots only. A crash leaves the alias listed, and the
+//!    rerun cleans up again; other actions do not wait for the scans.
 //!
 //! A group of the shard that lists an alias but serves no slot is a begin that did not finish: it is emptied and
 //! decided afresh. While a group lists an alias, the product never commands the pika behind it through that group,
@@ -289,8 +291,9 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let alias = alias.to_owned();
                 let donor_server = ServerAddr::unaliased(&alias).into_owned();
                 finished.donor = stats.group_of_server(&donor_server).map(|g| g.id);
-                finished.deleted =
-                    s.under_topology_lock(async |_| hand_over(s, shard, gid, &alias, &donor_server).await).await?;
+                s.under_topology_lock(async |_| repoint(s, shard, gid).await).await?;
+                finished.deleted = clean_up(s, gid, &donor_server).await?;
+                s.under_topology_lock(async |_| remove_alias(s, shard, gid, &alias).await).await?;
             }
         }
     }
@@ -328,9 +331,8 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
     }
 }
 
-/// Step 3, under the lock: the other pods follow the new master, both masters lose the keys of slots their group
-/// no longer owns, the alias goes. Returns the keys deleted on the new master and on the donor's.
-async fn hand_over(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, donor_server: &str) -> Result<(u64, u64)> {
+/// Step 3a, under the lock: the shard's other pods follow the new master.
+async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
     let stats = s.stats().await?;
     let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
     if group.is_promoting() {
@@ -343,6 +345,15 @@ async fn hand_over(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, donor_
             s.ensure_follows(&gs.server, &master).await?;
         }
     }
+    Ok(())
+}
+
+/// Step 3b: both masters lose the keys of slots their group no longer owns; returns how many on the new master and
+/// on the donor's. No lock is held through the scans, which take minutes on a large pika: while the alias is listed
+/// no slot move touching the new group is planned, and each page re-reads what the group owns or receives.
+async fn clean_up(s: &Session<'_>, gid: u32, donor_server: &str) -> Result<(u64, u64)> {
+    let stats = s.stats().await?;
+    let master = stats.group(gid).and_then(Group::master).unwrap_or_default().to_owned();
     let on_new = delete_unowned(s, &master, gid).await?;
     // A pika replica may keep no per-slot key sets; the new master needs them before its slots can migrate.
     if !s.pika(&master).await?.slots_reload().await? {
@@ -353,17 +364,28 @@ async fn hand_over(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, donor_
         Some((dgid, dmaster)) if !dmaster.is_empty() => delete_unowned(s, &dmaster, dgid).await?,
         _ => 0,
     };
-    tracing::info!(gid, alias, "removing the donor's alias");
-    match s.dashboard.group_del(gid, alias).await {
-        Ok(()) => {}
-        Err(e) if e.is_not_member() || e.is_not_found() => {}
-        Err(e) => return Err(e.into()),
-    }
     Ok((on_new, on_donor))
 }
 
-/// Deletes on `server`, the master of `gid`, every key of a slot `gid` neither owns nor receives. The caller holds
-/// the topology lock, so no slot starts moving onto `gid` meanwhile.
+/// Step 3c, under the lock: the alias goes, which ends the split (a crash before leaves it listed, and the rerun
+/// cleans up again).
+async fn remove_alias(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str) -> Result<()> {
+    let stats = s.stats().await?;
+    let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
+    if group.is_promoting() {
+        return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
+    }
+    tracing::info!(gid, alias, "removing the donor's alias");
+    match s.dashboard.group_del(gid, alias).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_member() || e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes on `server`, the master of `gid`, every key of a slot `gid` neither owns nor receives. No slot may start
+/// moving onto `gid` meanwhile: the caller holds the topology lock, or a split's alias is listed (no such move is
+/// planned then).
 async fn delete_unowned(s: &Session<'_>, server: &str, gid: u32) -> Result<u64> {
     let conn = s.pika(server).await?;
     let mut deleted = 0;

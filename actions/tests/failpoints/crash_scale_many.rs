@@ -139,3 +139,38 @@ fn two_shard_adds_converge_with_the_fewest_moves_after_a_crash_at_any_step() {
 fn two_shard_removes_converge_with_the_fewest_moves_after_a_crash_at_any_step() {
     crash_everywhere("4→2 by shard-remove", &four_to_two);
 }
+
+/// The split's cleanup (a `SCAN` and `DEL` over all of both masters, minutes on a large pika) holds no lock: a run
+/// killed in the middle of it leaves the topology lock free, so other actions go on at once, and the rerun cleans up
+/// the rest.
+#[test]
+fn a_run_killed_in_the_splits_cleanup_leaves_the_topology_lock_free() {
+    for n in 1..300 {
+        // A fresh bed per crash point, so that the n-th mutation is always the same one.
+        let c = two_to_four();
+        let ledger =
+            testbed::Ledger::preload(&c.change.proxy.data_addr(), "pre", KEYS).expect("preload through the proxy");
+        let (action, env) = &c.actions[0];
+        // The run that begins the split hands off; the next one completes it, cleanup included.
+        let began = run(action, env);
+        assert_eq!(began.status.code(), Some(75), "the split's first run: {}", describe(&began));
+        let mut crashing = env.clone();
+        crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let out = run(action, &crashing);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains(&format!("crash point {n}")), "{action} ran past its cleanup: {}", describe(&out));
+        if !stderr.contains(&format!("crash point {n}: aborting before DEL")) {
+            continue;
+        }
+        let held = attack::held_locks(&c.change.bed);
+        assert!(held.is_empty(), "a run killed in the split's cleanup left these locks held: {held:?}");
+        for (action, env) in &c.actions {
+            run_to_completion(action, env);
+        }
+        c.change.assert_done(&c.change.gids(&c.stay), &c.gone);
+        c.change.assert_no_stray_keys();
+        ledger.verify_kept(&c.change.proxy.data_addr(), &c.change.bed.codis).unwrap_or_else(|e| panic!("{e}"));
+        return;
+    }
+    panic!("the split never reached its cleanup");
+}

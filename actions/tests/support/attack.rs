@@ -86,6 +86,19 @@ pub fn expire_locks(bed: &Bed) {
     });
 }
 
+/// The keys of the cluster's locks in etcd (a lock is held while its key exists).
+pub fn held_locks(bed: &Bed) -> Vec<String> {
+    with_etcd(bed, |etcd, prefix| async move {
+        etcd.list(&prefix)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|(key, _)| key)
+            .filter(|k| k.contains("/locks/"))
+            .collect()
+    })
+}
+
 // ---- RESP ----------------------------------------------------------------------------------------------------------
 
 /// A connection to a redis-server that never panics: every failure is an `Err` with the reason.
