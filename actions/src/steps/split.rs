@@ -331,13 +331,19 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
     }
 }
 
-/// Step 3a, under the lock: the shard's other pods follow the new master.
-async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
-    let stats = s.stats().await?;
+/// The split's group, when it is there and not promoting.
+fn settled<'s>(stats: &'s Stats, shard: &Shard, gid: u32) -> Result<&'s Group> {
     let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
     if group.is_promoting() {
         return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
     }
+    Ok(group)
+}
+
+/// Step 3a, under the lock: the shard's other pods follow the new master.
+async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
+    let stats = s.stats().await?;
+    let group = settled(&stats, shard, gid)?;
     let master = group.master().unwrap_or_default().to_owned();
     s.ensure_master(&master).await?;
     for gs in &group.servers[1..] {
@@ -371,10 +377,7 @@ async fn clean_up(s: &Session<'_>, gid: u32, donor_server: &str) -> Result<(u64,
 /// cleans up again).
 async fn remove_alias(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str) -> Result<()> {
     let stats = s.stats().await?;
-    let group = stats.group(gid).ok_or_else(|| Refusal::GroupVanished { gid, shard: shard.name.clone() })?;
-    if group.is_promoting() {
-        return Err(Error::InProgress { progress: format!("group {gid} is promoting; run again to resume it") });
-    }
+    settled(&stats, shard, gid)?;
     tracing::info!(gid, alias, "removing the donor's alias");
     match s.dashboard.group_del(gid, alias).await {
         Ok(()) => Ok(()),

@@ -249,6 +249,14 @@ impl FailoverBed {
         }));
     }
 
+    /// Kills pod `ordinal` of shard `index` and gives it an empty volume: a fresh config, no data directory.
+    pub fn lose_volume(&mut self, index: usize, ordinal: u32) {
+        kill9(&self.pods(index)[ordinal as usize]);
+        let pod = self.pod_mut(index, ordinal);
+        pod.redis.reset_config();
+        let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
+    }
+
     /// pika's data directory as `rejoin` is told it is (`PIKA_DATA_DIR`): the redis-server's append-only directory.
     pub fn data_dir(&self, index: usize, ordinal: u32) -> PathBuf {
         self.pods(index).iter().find(|p| p.ordinal == ordinal).expect("pod").redis.dir().join("appendonlydir")

@@ -37,20 +37,12 @@ fn assert_no_key_lost(fb: &FailoverBed, ledger: &Ledger) {
     ledger.verify_kept(&fb.proxy.data_addr(), &fb.bed.codis).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Kills pod `ordinal` of shard 0 and gives it an empty volume: a fresh config, no data directory.
-fn lose_volume(fb: &mut FailoverBed, ordinal: u32) {
-    kill9(&fb.pods(0)[ordinal as usize]);
-    let pod = fb.pod_mut(0, ordinal);
-    pod.redis.reset_config();
-    let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
-}
-
 #[test]
 fn a_replica_back_on_an_empty_volume_rejoins_and_resyncs_the_data() {
     let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 2000);
     fb.bed.codis.clear_requests();
-    lose_volume(&mut fb, 2);
+    fb.lose_volume(0, 2);
     let out = fb.rejoin(0, 2, &[]);
     expect_ok("rejoin", &out);
     assert!(stdout(&out).contains("follows"), "{}", describe(&out));
@@ -69,7 +61,7 @@ fn the_master_back_on_an_empty_volume_hands_over_first_and_no_key_is_lost() {
     let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 3000);
     fb.bed.codis.clear_requests();
-    lose_volume(&mut fb, 0);
+    fb.lose_volume(0, 0);
     let old_server = fb.pods(0)[0].server();
 
     let (out, samples) = sampling(&fb, 0, || fb.rejoin(0, 0, &[]));
@@ -157,7 +149,7 @@ fn an_empty_master_with_no_replica_left_is_refused_naming_its_group_when_the_gro
     drop(watcher);
 
     fb.pod_mut(0, 1).redis.kill();
-    lose_volume(&mut fb, 0);
+    fb.lose_volume(0, 0);
     fb.bed.codis.clear_requests();
     let api = EventsApi::start();
     let out = fb.rejoin(0, 0, &[("KUBE_API_URL", api.url())]);
@@ -177,7 +169,7 @@ fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watcher
     // One pod, no writes, its slots assigned. No watcher ever looked: nobody can say the group is empty.
     let mut fb = FailoverBed::new(Options::default().shards(1).pods(1));
     let gid = fb.gid(0);
-    lose_volume(&mut fb, 0);
+    fb.lose_volume(0, 0);
     let out = fb.rejoin(0, 0, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(stderr(&out).contains(&format!("codis group {gid}'s master")), "{}", describe(&out));
@@ -189,7 +181,7 @@ fn an_empty_master_of_a_group_that_never_held_a_key_starts_and_without_a_watcher
     assert_eq!(mark(&fb, gid).as_deref(), Some(pika_action::steps::failover::NEVER_HELD));
     assert!(!held_data(&fb, gid));
     drop(watcher);
-    lose_volume(&mut fb, 0);
+    fb.lose_volume(0, 0);
     let out = fb.rejoin(0, 0, &[]);
     expect_ok("rejoin", &out);
     assert!(stdout(&out).contains("never held a key"), "{}", describe(&out));
@@ -227,7 +219,7 @@ fn with_codis_unreachable_rejoin_fails_closed_and_never_starts_a_master() {
 fn a_master_that_must_hand_over_while_etcd_is_down_does_not_start_until_it_can() {
     let mut fb = FailoverBed::new(Options::default().shards(1).pods(3));
     let ledger = preload(&fb, 500);
-    lose_volume(&mut fb, 0);
+    fb.lose_volume(0, 0);
     fb.bed.cluster.etcd.stop();
     fb.bed.codis.clear_requests();
     let out = fb.rejoin(0, 0, &[("ACTION_BUDGET_SECONDS", "8".to_owned())]);

@@ -132,6 +132,16 @@ fn half_way_split() -> (FailoverBed, testbed::Ledger, usize, u32) {
     (fb, ledger, d, old)
 }
 
+/// The donor's master (pod `old` of shard `d`) killed and back on an empty volume, as its pika container starts it:
+/// `rejoin` (which must succeed), then the server; returns what `rejoin` printed.
+fn back_on_an_empty_volume(fb: &mut FailoverBed, d: usize, old: u32) -> std::process::Output {
+    fb.lose_volume(d, old);
+    let out = fb.rejoin(d, old, &[]);
+    assert_eq!(out.status.code(), Some(0), "rejoin of the donor's master: {}", describe(&out));
+    fb.pod_mut(d, old).redis.restart();
+    out
+}
+
 fn shard_add_env(fb: &FailoverBed, index: usize) -> BTreeMap<String, String> {
     let mut env = fb.env(index);
     env.insert("KB_ADD_SHARD_NAME".into(), fb.bed.cluster.shards[index].full.clone());
@@ -186,14 +196,8 @@ fn a_donor_master_killed_half_way_through_a_split_is_failed_over_in_both_groups_
 #[test]
 fn a_donor_master_back_on_an_empty_volume_half_way_through_a_split_loses_no_key() {
     let (mut fb, ledger, d, old) = half_way_split();
-    kill9(&fb.pods(d)[old as usize]);
-    let pod = fb.pod_mut(d, old);
-    pod.redis.reset_config();
-    let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
-    let out = fb.rejoin(d, old, &[]);
-    assert_eq!(out.status.code(), Some(0), "rejoin of the donor's master: {}", describe(&out));
+    let out = back_on_an_empty_volume(&mut fb, d, old);
     assert_ne!(fb.codis_master(d), old, "codis still lists the empty master: {}", describe(&out));
-    fb.pod_mut(d, old).redis.restart();
     finish_and_check(&fb, &ledger, &|| String::new());
 }
 
@@ -206,13 +210,7 @@ fn with_the_watcher_a_split_whose_alias_names_a_replica_is_failed_over_and_takes
     let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
     assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
     // Gone and back before the watcher's detection time: only rejoin acts on the donor.
-    kill9(&fb.pods(d)[old as usize]);
-    let pod = fb.pod_mut(d, old);
-    pod.redis.reset_config();
-    let _ = std::fs::remove_dir_all(pod.redis.dir().join("appendonlydir"));
-    let out = fb.rejoin(d, old, &[]);
-    assert_eq!(out.status.code(), Some(0), "rejoin of the donor's master: {}", describe(&out));
-    fb.pod_mut(d, old).redis.restart();
+    back_on_an_empty_volume(&mut fb, d, old);
 
     let gid = fb.gid(2);
     assert!(
