@@ -7,7 +7,9 @@
 //!   on the same bed and data path: register the four groups (`--own-shard`, which moves no slot) and one
 //!   `slots/rebalance`. The product splits each new shard off a donor of its own (replication, then the slots
 //!   remapped), so it runs no executor round at all;
-//! - 3→4: one shardAdd against register + rebalance;
+//! - 3→4: one shardAdd against register + rebalance; the product splits the new shard's largest share (a quarter of
+//!   one donor) off that donor and migrates the rest, so it runs fewer rounds than `bound` (which counts every slot
+//!   that changes owner as a migration);
 //! - 8→4: the four shardRemoves (1.1, the Cluster's shard count readable) called one after another as a reconcile
 //!   does, against the drain of the busiest leaving group alone (one shardRemove of 8→7);
 //! - slot moves of 3→4, 4→8, 8→16, 8→4 and 16→8 counted from every state change of the double (a slot that moves

@@ -6,10 +6,11 @@
 //! four shards added in one request move exactly the slots one rebalance over all eight would, whatever order and
 //! overlap their shardAdds run in; one whose group is not there yet takes the rest when it registers.
 //!
-//! When that step fills the new shard from one donor (4→8, 8→16, 2→4, 1→2: each new shard takes half of one old
-//! shard's slots), the shard is split off the donor instead ([`split`]): its pods copy the donor's master by
-//! replication and the slots change hands without a key migrated, so the change costs a replica's sync instead of
-//! Codis's executor rounds. Other changes (3→4) migrate.
+//! When that step feeds the new shard a large enough share of one donor (4→8, 8→16, 2→4, 1→2: half of one old shard's
+//! slots, its whole fill; 3→4, 2→3: a quarter or a third of one donor, part of it), the shard takes that share by a
+//! split ([`split`]): its pods copy the donor's master by replication and the slots change hands without a key
+//! migrated, so that share costs a replica's sync instead of Codis's executor rounds. The rest migrates once the
+//! split is done; small shares (4→5) only migrate.
 //!
 //! KubeBlocks 1.1 runs the shardAdds of one reconcile one after another, each call blocking, so a call that waited
 //! for its own migrations would hold back the next shard's registration and serialise the change. While other listed

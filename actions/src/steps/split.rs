@@ -1,5 +1,6 @@
 //! Registering a new shard by splitting a donor group: its pods copy the donor's data by replication, and its share
-//! of slots changes hands without a key being migrated ([`plan::split`] says when).
+//! of that donor's slots changes hands without a key being migrated ([`plan::split`] says when). Shares of other
+//! donors, if the step has any (3→4), migrate once the split is done, in the same run.
 //!
 //! Codis keeps the state, so every run resumes from what the new group `G` lists:
 //!

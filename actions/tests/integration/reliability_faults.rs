@@ -599,7 +599,8 @@ fn a_replica_that_never_syncs_is_reported_and_never_promoted() {
 fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses_no_slot() {
     let mut failing = Category::new("slot migration reports [ERROR]");
     failing.trial("shard-add whose migrations fail until fixed", || {
-        let mut bed = provisioned(2, 1);
+        // 4→5: the new shard's share of each donor (a fifth) is too small to split off, so every slot migrates.
+        let mut bed = provisioned(4, 1);
         let added = bed.add_shard(1);
         let mut env = bed.env(0);
         env.insert("KB_ADD_SHARD_NAME".into(), bed.cluster.shards[added].full.clone());
@@ -623,7 +624,7 @@ fn a_migration_that_keeps_failing_stops_the_rebalance_with_codis_error_and_loses
         let (done, watched) = watch(&bed, || run_until_done("shard-add", &env, 10));
         done.unwrap_or_else(|e| panic!("rerun: {e}"));
         no_violations("rerun", &watched);
-        bed.assert_balanced(&gids(&bed, &[0, 1, 2]));
+        bed.assert_balanced(&gids(&bed, &[0, 1, 2, 3, 4]));
     });
     failing.trial("shard-remove whose drain fails until fixed: the group stays until its slots are gone", || {
         let bed = provisioned(3, 1);

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::change::{self, Change};
-use crate::failover_bed::{kill9, FailoverBed, Options, PATIENCE};
+use crate::failover_bed::{self, kill9, FailoverBed, Options, PATIENCE};
 use crate::support::PodFixture;
 use crate::support::{self, describe, run, run_to_completion};
 
@@ -236,4 +236,31 @@ fn with_the_watcher_a_split_whose_alias_names_a_replica_is_failed_over_and_takes
     });
     assert!(written, "no write to the split's share got through:\n{}", watcher.log());
     finish_and_check(&fb, &ledger, &|| watcher.log());
+}
+
+/// A healthy split with the watcher running: the alias answers as the master it stands for, so the watcher marks the
+/// new group as holding data through it, fails neither group over, and the change completes beside it (promote and
+/// cleanup included) with every key kept. A watcher that took every split's alias for a failing master would never
+/// mark the group through the alias, and would replace it.
+#[test]
+fn the_watcher_leaves_a_healthy_split_alone_and_the_change_completes_beside_it() {
+    let (fb, ledger, d, old) = half_way_split();
+    let gid = fb.gid(2);
+    let alias = fb.bed.codis.snapshot().master(gid).expect("the new group's master").to_owned();
+    let watcher = fb.watcher("watcher-a", &fb.watch_env("watcher-a", 800));
+    assert!(watcher.wait_log("leading", PATIENCE), "{}", watcher.log());
+    assert!(
+        support::eventually(PATIENCE, || failover_bed::held_data(&fb, gid)),
+        "the watcher never saw the alias answer as the new group's master:\n{}",
+        watcher.log()
+    );
+    assert_eq!(
+        fb.bed.codis.snapshot().master(gid),
+        Some(alias.as_str()),
+        "the watcher replaced a healthy split's alias:\n{}",
+        watcher.log()
+    );
+    assert_eq!(fb.codis_master(d), old, "the watcher replaced the donor's master:\n{}", watcher.log());
+    finish_and_check(&fb, &ledger, &|| watcher.log());
+    assert!(!watcher.log().contains("failing over"), "the watcher failed a group over:\n{}", watcher.log());
 }

@@ -267,6 +267,11 @@ async fn complete(sh: &Shared, sid: usize) -> Result<(), ApiError> {
     st.topo.slots[sid] = SlotMapping { id: sid, group_id: m.action.target_id, action: SlotAction::default() };
     // What the slot's goroutine stores right after (`status.Store("")`), in the same step.
     st.mem.slot_action.progress.status = String::new();
+    drop(st);
+    let mut migrated = sh.migrated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for gid in [m.group_id, m.action.target_id].into_iter().filter(|&g| g != 0) {
+        *migrated.entry(gid).or_default() += 1;
+    }
     Ok(())
 }
 

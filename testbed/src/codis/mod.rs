@@ -386,6 +386,8 @@ pub(crate) struct Shared {
     /// Slot-action rounds run and slots taken by them since start (benchmarks read them; Codis does not count).
     pub(crate) rounds: AtomicU64,
     pub(crate) round_slots: AtomicU64,
+    /// Migrations finished since start, counted for their source group and for their target (tests read them).
+    pub(crate) migrated: Mutex<BTreeMap<u32, u64>>,
     pub(crate) http: reqwest::Client,
     listener: OnceLock<Weak<Listener>>,
 }
@@ -560,6 +562,7 @@ impl CodisDouble {
             paused: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
             round_slots: AtomicU64::new(0),
+            migrated: Mutex::new(BTreeMap::new()),
             http,
             listener: OnceLock::new(),
             opts,
@@ -656,6 +659,14 @@ impl CodisDouble {
     #[must_use]
     pub fn executor_rounds(&self) -> (u64, u64) {
         (self.shared.rounds.load(Ordering::SeqCst), self.shared.round_slots.load(Ordering::SeqCst))
+    }
+
+    /// Slot migrations finished since start, by group: each counts for its source group and for its target, so
+    /// the largest is the most executor rounds a group took part in (a slot assigned, as a split hands slots over,
+    /// counts nowhere).
+    #[must_use]
+    pub fn migrations_by_group(&self) -> BTreeMap<u32, u64> {
+        self.shared.migrated.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The current model and stats as typed values.
