@@ -21,7 +21,8 @@
 //! time whatever Codis does (its migrate thread refuses a batch for another slot or target while one runs), so no
 //! sequence of slot actions finishes in fewer rounds. `rounds` is how many the double's executor ran for the change
 //! and `width` the slots per round on average: a change that reaches `bound` rounds is as parallel as Codis allows.
-//! `SCALE_BENCH_TIMELINE=1` also prints when each group received its first and last slot.
+//! `SCALE_BENCH_TIMELINE=1` also prints, per receiving group, when its slots landed: how many at its first landing
+//! (a split's share lands at once), its last, and the median time between two landings (one executor round).
 //!
 //! `cargo bench -p pika-action --bench scale`; `SCALE_BENCH_RUNS` (default 1) runs of each, `SCALE_BENCH_KEYS`
 //! (default 10000) keys preloaded, `SCALE_BENCH_TICK_MS` (default 10) the double's Codis second scaled,
@@ -120,17 +121,28 @@ fn measure(s: &Settings, c: &Change, stay: &[usize], change: impl FnOnce()) -> S
 /// When each group received its first and last slot (`SCALE_BENCH_TIMELINE`): how long the change took to reach its
 /// full width, and whether every group was busy until the end.
 fn print_timeline(trace: &[(Duration, Vec<u32>)]) {
-    let mut per: BTreeMap<u32, (Duration, Duration, usize)> = BTreeMap::new();
+    // Per receiving group, the instants its slots landed: a split's assignment lands many at once, a migration one.
+    let mut per: BTreeMap<u32, Vec<(Duration, usize)>> = BTreeMap::new();
     for (when, _, to) in slot_moves(trace) {
-        let e = per.entry(to).or_insert((when, when, 0));
-        e.1 = when;
-        e.2 += 1;
+        let landings = per.entry(to).or_default();
+        match landings.last_mut() {
+            Some((at, n)) if *at == when => *n += 1,
+            _ => landings.push((when, 1)),
+        }
     }
-    for (gid, (first, last, n)) in per {
+    for (gid, landings) in per {
+        let n: usize = landings.iter().map(|l| l.1).sum();
+        let mut gaps: Vec<Duration> = landings.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        gaps.sort_unstable();
+        let median_gap = gaps.get(gaps.len() / 2).copied().unwrap_or_default();
+        let (first, last) = (landings[0], landings[landings.len() - 1]);
         println!(
-            "    group {gid}: {n} slot(s) received from {:.2}s to {:.2}s",
-            first.as_secs_f64(),
-            last.as_secs_f64()
+            "    group {gid}: {n} slot(s) in {} landing(s) from {:.2}s ({} at once) to {:.2}s, {:.1} ms apart (median)",
+            landings.len(),
+            first.0.as_secs_f64(),
+            first.1,
+            last.0.as_secs_f64(),
+            median_gap.as_secs_f64() * 1000.0
         );
     }
 }
