@@ -31,8 +31,9 @@ pub struct Split {
 }
 
 /// The split that `step` amounts to for `gid`: when `gid` holds nothing and nothing is on its way to it, the donor
-/// that the step moves the most slots from onto `gid` (ties: the lower gid), if it stays and the share is worth a
-/// copy ([`WORTH_OF_DONOR`]). Slots the step moves onto `gid` from other donors migrate once the split is done.
+/// that stays and that the step moves the most slots from onto `gid` (ties: the lower gid), if the share is worth a
+/// copy ([`WORTH_OF_DONOR`]). Slots the step moves onto `gid` from other donors, leaving ones included, migrate once
+/// the split is done.
 #[must_use]
 pub fn split_of(slots: &[SlotState], step: &Step, gid: u32) -> Option<Split> {
     if slots.iter().any(|s| s.owner == Some(gid) || s.in_flight_target == Some(gid)) {
@@ -45,12 +46,14 @@ pub fn split_of(slots: &[SlotState], step: &Step, gid: u32) -> Option<Split> {
     for m in step.plan.moves.iter().filter(|m| m.to == gid) {
         shares.entry(m.from).or_default().push(m.slot);
     }
-    let (donor, share) = shares.into_iter().max_by_key(|(donor, share)| (share.len(), Reverse(*donor)))?;
+    // A leaving donor's slots all migrate, so only a donor that stays can be copied.
+    let (donor, share) = shares
+        .into_iter()
+        .filter(|(donor, _)| step.final_size(*donor).is_some())
+        .max_by_key(|(donor, share)| (share.len(), Reverse(*donor)))?;
     let held = slots.iter().filter(|s| s.owner == Some(donor)).count();
     let (num, den) = WORTH_OF_DONOR;
-    let worth = share.len() * den >= held * num;
-    let donor_stays = step.final_size(donor).is_some();
-    (worth && donor_stays).then_some(Split { donor, slots: share })
+    (share.len() * den >= held * num).then_some(Split { donor, slots: share })
 }
 
 #[cfg(test)]
@@ -136,6 +139,13 @@ mod tests {
         let slots = balanced(64, 1);
         let step = toward(&slots, &Goal::new([2], 0)).unwrap();
         assert_eq!(split_of(&slots, &step, 2), None);
+        // Fed by a leaving group (324 slots) and by one that stays (188 of its 700): the one that stays is copied.
+        let slots: Vec<SlotState> = (0..1024).map(|s| SlotState::owned(if s < 700 { 1 } else { 2 })).collect();
+        let step = toward(&slots, &Goal::new([1, 3], 0)).unwrap();
+        let from = |d: u32| step.plan.moves.iter().filter(|m| m.to == 3 && m.from == d).count();
+        assert_eq!((from(1), from(2)), (188, 324));
+        let split = split_of(&slots, &step, 3).expect("a split off group 1");
+        assert_eq!((split.donor, split.slots.len()), (1, 188));
         // A group filled partly now and partly later (offline slots assigned) is not split either.
         let mut slots = balanced(64, 1);
         slots[0] = SlotState::offline();
