@@ -18,6 +18,8 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::process::PortLease;
+
 /// Returned by a handler to close the connection without an answer.
 #[derive(Debug)]
 pub(crate) struct Dropped;
@@ -91,6 +93,8 @@ pub(crate) struct Listener {
     handler: Handler,
     rt: tokio::runtime::Handle,
     serving: Mutex<Option<Serving>>,
+    /// While paused the port is closed: no redis-server or etcd of this process may be given it.
+    _lease: Option<PortLease>,
 }
 
 impl Listener {
@@ -101,7 +105,8 @@ impl Listener {
         handler: Handler,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
-        let this = Self { addr, handler, rt: rt.clone(), serving: Mutex::new(None) };
+        let this =
+            Self { addr, handler, rt: rt.clone(), serving: Mutex::new(None), _lease: PortLease::hold(addr.port()) };
         this.serve(listener)?;
         Ok(this)
     }

@@ -1,20 +1,62 @@
 //! Real etcd and redis-server processes for tests.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago.
+/// Ports this process has handed out whose owner still lives. The kernel knows a port only while something listens
+/// on it: between `free_port` and the server's bind, or between a kill and a restart on the same port, it would hand
+/// the port to a concurrent test, and a server that lost that race would be mistaken for the winner.
+static LEASED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A loopback port held for its owner until dropped: no other caller in this process is given it meanwhile.
+#[derive(Debug)]
+pub(crate) struct PortLease(u16);
+
+impl PortLease {
+    /// Holds `port`, which the caller has bound itself (a listener that closes and reopens it); `None` when it is
+    /// leased already (its holder's bind then fails, and it takes another).
+    pub(crate) fn hold(port: u16) -> Option<Self> {
+        // Lazily: a lease built and dropped on refusal would release the holder's port.
+        let free = LEASED.lock().unwrap_or_else(PoisonError::into_inner).insert(port);
+        free.then(|| Self(port))
+    }
+
+    fn take() -> Self {
+        for _ in 0..1000 {
+            // Binding port 0 lets the kernel pick one that is free now; a port leased here but not yet (or no
+            // longer) bound is skipped.
+            let port =
+                TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port");
+            if LEASED.lock().unwrap_or_else(PoisonError::into_inner).insert(port) {
+                return Self(port);
+            }
+        }
+        panic!("no loopback port that is not already leased");
+    }
+}
+
+impl Drop for PortLease {
+    fn drop(&mut self) {
+        LEASED.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.0);
+    }
+}
+
+/// A loopback port that was free a moment ago and that no later call in this process returns (it stays leased for
+/// the life of the process: for addresses a test wants closed, or a listener it binds itself).
 ///
 /// # Panics
 /// When the system has no free port.
 #[must_use]
 pub fn free_port() -> u16 {
-    // Binding port 0 lets the kernel pick; ports are handed out roughly in sequence, so a recently freed one is
-    // unlikely to come back soon. Callers retry on a lost race.
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+    let lease = PortLease::take();
+    let port = lease.0;
+    std::mem::forget(lease);
+    port
 }
 
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
@@ -39,7 +81,7 @@ fn stop(child: &mut Option<Child>) {
 /// A real `redis-server` on 127.0.0.1, standing in for one pika pod.
 #[derive(Debug)]
 pub struct RedisServer {
-    port: u16,
+    port: PortLease,
     password: Option<String>,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -60,7 +102,7 @@ impl RedisServer {
     pub fn start_with(password: Option<&str>) -> Self {
         let mut dir = tempfile::tempdir().expect("temp dir");
         for _ in 0..5 {
-            let mut server = Self { port: free_port(), password: password.map(str::to_owned), dir, child: None };
+            let mut server = Self { port: PortLease::take(), password: password.map(str::to_owned), dir, child: None };
             server.write_config();
             if server.spawn() {
                 return server;
@@ -84,7 +126,7 @@ impl RedisServer {
         let mut conf = format!(
             "port {}\nbind 127.0.0.1\ndir {}\nsave \"\"\nappendonly no\nprotected-mode no\nrepl-diskless-sync no\n\
              repl-ping-replica-period 1\nlogfile {}\n",
-            self.port,
+            self.port.0,
             self.dir.path().display(),
             self.dir.path().join("redis.log").display()
         );
@@ -102,10 +144,20 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn();
         let Ok(child) = child else { return false };
+        let pid = child.id().to_string();
         self.child = Some(child);
-        let port = self.port;
+        let port = self.port.0;
         let password = self.password.clone();
         let up = wait_until("redis-server", Duration::from_secs(10), || ping(port, password.as_deref()));
+        // A PONG from another process on the port (one that bound it first; ours then exited) is not this server.
+        let ours = up
+            && command(port, password.as_deref(), &["INFO", "server"])
+                .and_then(|info| info_field(&info, "process_id"))
+                .is_some_and(|p| p == pid);
+        if up && !ours {
+            eprintln!("testbed: port {port} answers, but not from the redis-server started on it");
+        }
+        let up = up && ours;
         if !up {
             stop(&mut self.child);
         }
@@ -115,13 +167,13 @@ impl RedisServer {
     /// The port it listens on (127.0.0.1).
     #[must_use]
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.0
     }
 
     /// `127.0.0.1:<port>`.
     #[must_use]
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.port.0)
     }
 
     /// The server's directory (config file, log).
@@ -147,7 +199,7 @@ impl RedisServer {
     /// When it does not come back.
     pub fn restart(&mut self) {
         stop(&mut self.child);
-        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+        assert!(self.spawn(), "redis-server did not restart on port {}", self.port.0);
     }
 
     /// Starts it again with an empty data directory and a fresh config (a pod rescheduled onto an empty volume).
@@ -158,7 +210,7 @@ impl RedisServer {
         stop(&mut self.child);
         self.write_config();
         let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
-        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+        assert!(self.spawn(), "redis-server did not restart on port {}", self.port.0);
     }
 
     /// Replaces the config file with a fresh one and drops the data, without starting (an empty volume).
@@ -174,7 +226,7 @@ impl RedisServer {
     /// When the server does not answer.
     #[must_use]
     pub fn command(&self, args: &[&str]) -> String {
-        command(self.port, self.password.as_deref(), args).expect("redis command")
+        command(self.port.0, self.password.as_deref(), args).expect("redis command")
     }
 
     /// `INFO replication` as text.
@@ -307,8 +359,8 @@ fn flatten(value: redis::Value) -> String {
 /// A real single-member etcd (Debian's etcd-server) on 127.0.0.1.
 #[derive(Debug)]
 pub struct EtcdServer {
-    client_port: u16,
-    peer_port: u16,
+    client_port: PortLease,
+    peer_port: PortLease,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -322,8 +374,8 @@ impl EtcdServer {
     pub fn start() -> Self {
         for _ in 0..5 {
             let mut server = Self {
-                client_port: free_port(),
-                peer_port: free_port(),
+                client_port: PortLease::take(),
+                peer_port: PortLease::take(),
                 dir: tempfile::tempdir().expect("temp dir"),
                 child: None,
             };
@@ -335,8 +387,8 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) -> bool {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let client = format!("http://127.0.0.1:{}", self.client_port.0);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port.0);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).ok();
         let child = Command::new("etcd")
             .args(["--name", "testbed", "--data-dir"])
@@ -352,8 +404,10 @@ impl EtcdServer {
             .spawn();
         let Ok(child) = child else { return false };
         self.child = Some(child);
-        let port = self.client_port;
+        let port = self.client_port.0;
         let up = wait_until("etcd", Duration::from_secs(20), || http_get_ok(port, "/health"));
+        // An etcd that lost its ports exits; a healthy answer then came from another process.
+        let up = up && self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
         if !up {
             stop(&mut self.child);
         }
@@ -363,7 +417,7 @@ impl EtcdServer {
     /// `127.0.0.1:<client port>`, as ETCD_ENDPOINTS takes it.
     #[must_use]
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+        format!("127.0.0.1:{}", self.client_port.0)
     }
 
     /// Stops etcd (its data stays), to test behaviour with etcd down.
@@ -402,6 +456,36 @@ fn http_get_ok(port: u16, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_servers_port_stays_leased_until_it_is_dropped() {
+        let mut server = RedisServer::start();
+        let port = server.port();
+        server.kill();
+        assert!(PortLease::hold(port).is_none(), "port {port} of a killed server was free to lease");
+        server.restart();
+        drop(server);
+        assert!(PortLease::hold(port).is_some(), "port {port} stayed leased after its server was dropped");
+    }
+
+    #[test]
+    fn a_server_that_finds_its_port_answered_by_another_does_not_pass_for_it() {
+        let other = RedisServer::start();
+        // Outside the lease: as when another test process, or a listener bound before the lease, holds the port.
+        let mut loser = RedisServer {
+            port: PortLease(other.port()),
+            password: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        loser.write_config();
+        let started = loser.spawn();
+        // The other server's lease is not the loser's to release.
+        std::mem::forget(std::mem::replace(&mut loser.port, PortLease::take()));
+        assert!(!started, "a PONG from port {} was taken for the loser's own", other.port());
+        assert!(!loser.is_running());
+        assert_eq!(other.role(), "master");
+    }
 
     #[test]
     fn redis_servers_replicate_and_stop() {

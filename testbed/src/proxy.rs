@@ -38,6 +38,7 @@ use crate::codis::resp::{read_command, Conn, Reply};
 use crate::codis::slothash::slot_of;
 use crate::codis::wire::{self, ApiError};
 use crate::httpd::{Dropped, Handler, Listener, Runtime};
+use crate::process::PortLease;
 
 /// How to start a [`ProxyDouble`].
 #[derive(Clone, Debug)]
@@ -493,6 +494,8 @@ struct DataPort {
     rt: tokio::runtime::Handle,
     shared: Weak<Shared>,
     stop: Mutex<Option<watch::Sender<bool>>>,
+    /// While closed the port is free: no redis-server or etcd of this process may be given it.
+    _lease: Option<PortLease>,
 }
 
 impl DataPort {
@@ -501,11 +504,13 @@ impl DataPort {
         listener: std::net::TcpListener,
         shared: Arc<Shared>,
     ) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
         let port = Self {
-            addr: listener.local_addr()?,
+            addr,
             rt: rt.clone(),
             shared: Arc::downgrade(&shared),
             stop: Mutex::new(None),
+            _lease: PortLease::hold(addr.port()),
         };
         port.serve(listener)?;
         Ok(port)
