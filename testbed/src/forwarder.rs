@@ -54,7 +54,7 @@ impl Forwarder {
     #[must_use]
     pub fn start(target: &str) -> Self {
         let target: SocketAddr = target.parse().expect("a socket address");
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a forwarder");
+        let listener = crate::process::bind_loopback().expect("bind a forwarder");
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared::default());
         let accepting = Arc::clone(&shared);

@@ -19,6 +19,6 @@ pub mod workload;
 
 pub use codis::{CodisDouble, DoubleOptions, Fault, MigrationHold, Snapshot};
 pub use forwarder::Forwarder;
-pub use process::{free_port, EtcdServer, RedisServer};
+pub use process::{bind_loopback, free_port, EtcdServer, RedisServer};
 pub use proxy::{ProxyDouble, ProxyOptions};
 pub use workload::{Ledger, Verification, Workload, WorkloadOptions};

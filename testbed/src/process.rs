@@ -46,6 +46,22 @@ impl Drop for PortLease {
     }
 }
 
+/// A listener on a loopback port the kernel picks, never one leased here (a killed redis-server's, say, which its
+/// restart would then find taken).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn bind_loopback() -> std::io::Result<TcpListener> {
+    for _ in 0..1000 {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        if !LEASED.lock().unwrap_or_else(PoisonError::into_inner).contains(&port) {
+            return Ok(listener);
+        }
+    }
+    Err(std::io::Error::other("every loopback port offered is leased"))
+}
+
 /// A loopback port that was free a moment ago and that no later call in this process returns (it stays leased for
 /// the life of the process: for addresses a test wants closed, or a listener it binds itself).
 ///

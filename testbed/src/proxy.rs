@@ -170,7 +170,7 @@ impl ProxyDouble {
     /// # Errors
     /// When no port or thread can be had.
     pub fn try_start_with(opts: ProxyOptions) -> std::io::Result<Self> {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let std_listener = crate::process::bind_loopback()?;
         let bound = std_listener.local_addr()?.to_string();
         let token = opts.token.clone().unwrap_or_else(|| wire::token(&format!("proxy/{}/{bound}", opts.product)));
         let model = Proxy {
@@ -194,7 +194,7 @@ impl ProxyDouble {
         let cells = (0..opts.max_slot_num)
             .map(|_| SlotCell { lock: Arc::new(RwLock::new(())), held: tokio::sync::Mutex::new(None) })
             .collect();
-        let data_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let data_listener = crate::process::bind_loopback()?;
         let slots = (0..opts.max_slot_num).map(|id| Slot { id, ..Slot::default() }).collect();
         let shared = Arc::new(Shared {
             overrides: Mutex::new(opts.overrides.clone()),

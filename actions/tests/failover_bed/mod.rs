@@ -673,7 +673,7 @@ pub struct EventsApi {
 impl EventsApi {
     /// Serves on a free loopback port.
     pub fn start() -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = testbed::bind_loopback().expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let events = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&events);

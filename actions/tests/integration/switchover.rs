@@ -147,7 +147,7 @@ fn rollout_facts_keep_the_master_on_an_updated_pod_where_the_ordinal_rule_moves_
 fn without_a_reachable_kubernetes_api_the_ordinal_rule_decides_within_the_budget() {
     // Nothing listening, then a listener that never answers.
     let closed = testbed::free_port();
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = testbed::bind_loopback().unwrap();
     let silent_url = format!("http://{}", silent.local_addr().unwrap());
     for url in [format!("http://127.0.0.1:{closed}"), silent_url] {
         let bed = bed_with_master(3, 1);

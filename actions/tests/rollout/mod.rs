@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,7 +193,7 @@ pub const OLD_REVISION: &str = "pk-58c4d9f7b6";
 impl FakeKube {
     /// Serves the pods of shard 0, all on the old revision, with the InstanceSet updating to the new one.
     pub fn start(bed: &Bed) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = testbed::bind_loopback().expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let revisions: BTreeMap<String, String> =
             bed.cluster.shards[0].pods.iter().map(|p| (p.name.clone(), OLD_REVISION.to_owned())).collect();

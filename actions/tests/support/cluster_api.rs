@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::BufReader;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 /// What the API says about the Cluster.
@@ -37,7 +37,7 @@ pub struct ClusterApi {
 impl ClusterApi {
     /// Serves `answer` for Cluster `name` in `namespace`.
     pub fn start(namespace: &str, name: &str, answer: ClusterAnswer) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = testbed::bind_loopback().expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let answer = Arc::new(Mutex::new(answer));
         let requests = Arc::new(Mutex::new(Vec::new()));

@@ -524,8 +524,10 @@ impl CodisDouble {
     /// # Errors
     /// When the address cannot be bound or the thread cannot be started.
     pub fn try_start(opts: DoubleOptions) -> std::io::Result<Self> {
-        let std_listener =
-            std::net::TcpListener::bind(opts.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))))?;
+        let std_listener = match opts.listen {
+            Some(addr) => std::net::TcpListener::bind(addr)?,
+            None => crate::process::bind_loopback()?,
+        };
         let addr = std_listener.local_addr()?.to_string();
         let http = reqwest::Client::builder()
             .no_proxy()

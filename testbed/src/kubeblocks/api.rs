@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::io::BufReader;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,7 +56,7 @@ impl std::fmt::Debug for ApiServer {
 impl ApiServer {
     /// Serves `backend` on a free loopback port.
     pub fn start(backend: Arc<dyn Backend>) -> std::io::Result<ApiServer> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let listener = crate::process::bind_loopback()?;
         let url = format!("http://{}", listener.local_addr()?);
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
