@@ -26,14 +26,13 @@ impl PortLease {
         free.then(|| Self(port))
     }
 
+    /// A port the kernel picks, leased; the listener that found it closes, for the owner's server to bind.
     fn take() -> Self {
         for _ in 0..1000 {
-            // Binding port 0 lets the kernel pick one that is free now; a port leased here but not yet (or no
-            // longer) bound is skipped.
-            let port =
-                TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port");
-            if LEASED.lock().unwrap_or_else(PoisonError::into_inner).insert(port) {
-                return Self(port);
+            let port = bind_loopback().and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port");
+            // Another thread may have leased it since bind_loopback looked.
+            if let Some(lease) = Self::hold(port) {
+                return lease;
             }
         }
         panic!("no loopback port that is not already leased");
@@ -164,16 +163,8 @@ impl RedisServer {
         self.child = Some(child);
         let port = self.port.0;
         let password = self.password.clone();
-        let up = wait_until("redis-server", Duration::from_secs(10), || ping(port, password.as_deref()));
-        // A PONG from another process on the port (one that bound it first; ours then exited) is not this server.
-        let ours = up
-            && command(port, password.as_deref(), &["INFO", "server"])
-                .and_then(|info| info_field(&info, "process_id"))
-                .is_some_and(|p| p == pid);
-        if up && !ours {
-            eprintln!("testbed: port {port} answers, but not from the redis-server started on it");
-        }
-        let up = up && ours;
+        let up = wait_until("redis-server", Duration::from_secs(10), || ping(port, password.as_deref()))
+            && answered_by(port, password.as_deref(), &pid);
         if !up {
             stop(&mut self.child);
         }
@@ -280,6 +271,17 @@ impl Drop for RedisServer {
 #[must_use]
 pub fn info_field(info: &str, key: &str) -> Option<String> {
     info.lines().find_map(|l| l.trim_end().strip_prefix(key)?.strip_prefix(':').map(str::to_owned))
+}
+
+/// Whether the redis-server answering on `port` is process `pid`: a PONG from another process (one that bound the
+/// port first; ours then exited) is not this server.
+fn answered_by(port: u16, password: Option<&str>, pid: &str) -> bool {
+    let answering = command(port, password, &["INFO", "server"]).and_then(|info| info_field(&info, "process_id"));
+    if answering.as_deref() != Some(pid) {
+        eprintln!("testbed: port {port} answers, but not from the redis-server started on it");
+        return false;
+    }
+    true
 }
 
 fn ping(port: u16, password: Option<&str>) -> bool {
