@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a Debian machine: protoc (etcd-client's build), etcd-server and
-# redis-server (the tests start real ones; redis-server stands in for pika), busybox and Helm (the chart tests).
-# Idempotent; needs root for apt-get and /usr/local/bin.
+# redis-server (the tests start real ones; redis-server stands in for pika in the older tiers), busybox and Helm (the
+# chart tests), and the real servers the addon ships: pika v4.0.1 and Pika's Codis fork (codis-dashboard,
+# codis-proxy, codis-admin) under /usr/local/lib/pika-kubeblocks, with what they and the real-pika test bed need
+# (libunwind8 and liblzma5 for pika; iproute2 and util-linux for one network namespace per pod).
+# Idempotent; needs root for apt-get, /usr/local/bin and /usr/local/lib.
 set -euo pipefail
 
 need=()
@@ -14,6 +17,13 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # the etcd pods do; Helm comes out of an npm package as a zip, hence unzip (and npm, which the machine has).
 command -v unzip >/dev/null 2>&1 || need+=(unzip)
 command -v busybox >/dev/null 2>&1 || need+=(busybox)
+# pika's runtime libraries (everything else in the build of ../shared/servers is linked in).
+for lib in libunwind8 liblzma5; do
+  dpkg-query -W -f='${Status}' "$lib" 2>/dev/null | grep -q "ok installed" || need+=("$lib")
+done
+# The real-pika test bed: `ip netns` and veth (iproute2), `unshare`/`nsenter` (util-linux).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
@@ -49,6 +59,8 @@ if ! helm version --template '{{.Version}}' 2>/dev/null | grep -qx "$helm_versio
     exit 1
   }
 fi
+
+bash "$(dirname "$0")/install-servers.sh"
 
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
 echo "setup: protoc $(protoc --version | cut -d' ' -f2), $(etcd --version | head -1), $(redis-server --version | cut -d' ' -f3), helm $(helm version --template '{{.Version}}')"

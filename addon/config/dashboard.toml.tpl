@@ -1,7 +1,9 @@
 # codis-dashboard. The coordinator (etcd), product name, product auth and advertised address are given on the
 # command line from the component's vars, so one file serves every cluster.
 coordinator_name = "etcd"
-coordinator_addr = ""
+# Replaced by the --etcd argument. The fork validates the file before it applies its arguments and exits with
+# "invalid coordinator_addr" on an empty one, so the file must name some address.
+coordinator_addr = "given-by-the-etcd-argument:2379"
 product_name = "codis-demo"
 product_auth = ""
 

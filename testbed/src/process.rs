@@ -377,6 +377,7 @@ fn flatten(value: redis::Value) -> String {
 /// A real single-member etcd (Debian's etcd-server) on 127.0.0.1.
 #[derive(Debug)]
 pub struct EtcdServer {
+    host: std::net::Ipv4Addr,
     client_port: PortLease,
     peer_port: PortLease,
     dir: tempfile::TempDir,
@@ -390,8 +391,19 @@ impl EtcdServer {
     /// When etcd cannot be started.
     #[must_use]
     pub fn start() -> Self {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// Starts etcd listening on `host` (an address of this host: the real bed's node address, which its pods
+    /// reach) and waits until it serves.
+    ///
+    /// # Panics
+    /// When etcd cannot be started.
+    #[must_use]
+    pub fn start_at(host: std::net::Ipv4Addr) -> Self {
         for _ in 0..5 {
             let mut server = Self {
+                host,
                 client_port: PortLease::take(),
                 peer_port: PortLease::take(),
                 dir: tempfile::tempdir().expect("temp dir"),
@@ -405,8 +417,8 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) -> bool {
-        let client = format!("http://127.0.0.1:{}", self.client_port.0);
-        let peer = format!("http://127.0.0.1:{}", self.peer_port.0);
+        let client = format!("http://{}:{}", self.host, self.client_port.0);
+        let peer = format!("http://{}:{}", self.host, self.peer_port.0);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).ok();
         let child = Command::new("etcd")
             .args(["--name", "testbed", "--data-dir"])
@@ -415,6 +427,8 @@ impl EtcdServer {
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("testbed={peer}")])
             .args(["--log-level", "error"])
+            // Codis keeps its topology through etcd's v2 API, as the chart's etcd serves it (etcd-start.sh).
+            .arg("--enable-v2=true")
             .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -423,7 +437,8 @@ impl EtcdServer {
         let Ok(child) = child else { return false };
         self.child = Some(child);
         let port = self.client_port.0;
-        let up = wait_until("etcd", Duration::from_secs(20), || http_get_ok(port, "/health"));
+        let host = self.host;
+        let up = wait_until("etcd", Duration::from_secs(20), || http_get_ok_at(host, port, "/health"));
         // An etcd that lost its ports exits; a healthy answer then came from another process.
         let up = up && self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
         if !up {
@@ -432,10 +447,10 @@ impl EtcdServer {
         up
     }
 
-    /// `127.0.0.1:<client port>`, as ETCD_ENDPOINTS takes it.
+    /// `<host>:<client port>` (`127.0.0.1` unless started at another host), as ETCD_ENDPOINTS takes it.
     #[must_use]
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port.0)
+        format!("{}:{}", self.host, self.client_port.0)
     }
 
     /// Stops etcd (its data stays), to test behaviour with etcd down.
@@ -459,11 +474,16 @@ impl Drop for EtcdServer {
     }
 }
 
+#[cfg(test)]
 fn http_get_ok(port: u16, path: &str) -> bool {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    http_get_ok_at(std::net::Ipv4Addr::LOCALHOST, port, path)
+}
+
+fn http_get_ok_at(host: std::net::Ipv4Addr, port: u16, path: &str) -> bool {
+    let addr = SocketAddr::from((host, port));
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else { return false };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).is_err() {
+    if stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes()).is_err() {
         return false;
     }
     let mut reply = String::new();

@@ -24,6 +24,7 @@ mod kubeblocks;
 mod member_leave;
 mod provision;
 mod real_kubeblocks;
+mod real_pika;
 mod rejoin_handover;
 mod reliability_concurrency;
 mod reliability_faults;

@@ -1,0 +1,377 @@
+//! A cluster of real servers as KubeBlocks would describe it: shards of pika pods (each its own network namespace,
+//! reached by its FQDN), real etcd, the fork's dashboard and a proxy; pika-action runs with the environment of the
+//! chart and resolves names as in the cluster, with no address overrides.
+//!
+//! Names differ from what a production chart renders (cluster `rp<n>`, sharding `pk`, namespace `ns-rp`) so that a
+//! test cannot pass on a hard-coded production name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::codis::{Dashboard, Proxy, Topology};
+use super::network::Network;
+use super::pika::{PikaPod, ReplicaState, PIKA_PORT};
+use super::Servers;
+use crate::cluster::eventually;
+use crate::process::{info_field, EtcdServer};
+
+/// The namespace of every real-bed cluster.
+pub const NAMESPACE: &str = "ns-rp";
+/// Shards and ordinals a bed can have: every name it may create resolves from the start (Go's resolver, in the
+/// dashboard and proxy, re-reads a changed hosts file only every 5 s).
+const MAX_SHARDS: usize = 24;
+const MAX_ORDINALS: u32 = 8;
+
+static BEDS: AtomicUsize = AtomicUsize::new(0);
+
+/// The KubeBlocks line a bed's actions run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// KubeBlocks 1.0.x: component actions with the legacy component list.
+    V1_0,
+    /// KubeBlocks 1.1+: ShardingDefinition actions.
+    V1_1,
+}
+
+/// One shard: a pika component.
+#[derive(Debug)]
+pub struct RealShard {
+    /// `<sharding>-<id>`.
+    pub short: String,
+    /// `<cluster>-<sharding>-<id>`.
+    pub full: String,
+    /// Its pods, by ordinal.
+    pub pods: Vec<PikaPod>,
+    index: usize,
+}
+
+impl RealShard {
+    /// Comma-separated FQDNs (SHARD_POD_FQDNS).
+    #[must_use]
+    pub fn fqdns(&self) -> String {
+        self.pods.iter().map(|p| p.fqdn.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The pod with `ordinal`.
+    ///
+    /// # Panics
+    /// When there is none.
+    #[must_use]
+    pub fn pod(&self, ordinal: u32) -> &PikaPod {
+        self.pods.iter().find(|p| p.ordinal == ordinal).expect("no such pod")
+    }
+
+    /// The pod with `ordinal`, to kill or restart.
+    ///
+    /// # Panics
+    /// When there is none.
+    pub fn pod_mut(&mut self, ordinal: u32) -> &mut PikaPod {
+        self.pods.iter_mut().find(|p| p.ordinal == ordinal).expect("no such pod")
+    }
+}
+
+/// What a [`RealBed`] starts with.
+#[derive(Debug, Clone)]
+pub struct RealBedOptions {
+    /// Shards at the start.
+    pub shards: usize,
+    /// Pods per shard.
+    pub pods: u32,
+    /// The KubeBlocks line of the actions.
+    pub line: Line,
+    /// Proxies.
+    pub proxies: usize,
+}
+
+impl Default for RealBedOptions {
+    fn default() -> Self {
+        Self { shards: 1, pods: 1, line: Line::V1_1, proxies: 1 }
+    }
+}
+
+/// A cluster of real servers. Fields drop in order: pods, proxies, dashboard, etcd, and last the network, which
+/// removes every namespace, link and file the bed made.
+#[derive(Debug)]
+pub struct RealBed {
+    /// The Cluster name (also the Codis product).
+    pub name: String,
+    /// The shards.
+    pub shards: Vec<RealShard>,
+    /// Online proxies.
+    pub proxies: Vec<Proxy>,
+    /// The dashboard.
+    pub dashboard: Dashboard,
+    /// etcd.
+    pub etcd: EtcdServer,
+    /// requirepass = masterauth = product_auth = session_auth.
+    pub password: String,
+    /// The line the actions run as.
+    pub line: Line,
+    servers: Servers,
+    action: PathBuf,
+    next_shard: usize,
+    network: Network,
+}
+
+fn shard_id(n: usize) -> String {
+    // Three characters like KubeBlocks' random shard ids, but deterministic.
+    let letters = b"abcdefghijklmnopqrstuvwxyz";
+    format!("{}{}z", letters[n % 26] as char, n / 26)
+}
+
+impl RealBed {
+    /// Starts etcd, the dashboard, `opts.shards` shards of `opts.pods` pods (each by the chart's pika-start.sh, so
+    /// each runs `rejoin` first) and the proxies; nothing is registered in Codis yet. `action` is the pika-action
+    /// binary.
+    ///
+    /// # Panics
+    /// When a server does not start (with its logs), the real servers are not installed, or the bed's network
+    /// cannot be made.
+    #[must_use]
+    pub fn start(opts: &RealBedOptions, action: &Path) -> Self {
+        let servers = Servers::installed();
+        let network = Network::lease().unwrap_or_else(|e| panic!("real bed network: {e}"));
+        let name = format!("rp{}{}", std::process::id() % 1000, BEDS.fetch_add(1, Ordering::SeqCst));
+        for s in 0..MAX_SHARDS {
+            let full = format!("{name}-pk-{}", shard_id(s));
+            for o in 0..MAX_ORDINALS {
+                let slot = u8::try_from(s * MAX_ORDINALS as usize + o as usize).expect("slot within the /24");
+                let fqdn = format!("{full}-{o}.{full}-headless.{NAMESPACE}.svc.cluster.local");
+                network.resolve(&fqdn, network.pod_addr(slot)).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        let password = format!("bed-secret-{name}");
+        let etcd = EtcdServer::start_at(network.node());
+        let dashboard =
+            Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password).unwrap_or_else(|e| panic!("{e}"));
+        let mut bed = Self {
+            name,
+            shards: Vec::new(),
+            proxies: Vec::new(),
+            dashboard,
+            etcd,
+            password,
+            line: opts.line,
+            servers,
+            action: action.to_owned(),
+            next_shard: 0,
+            network,
+        };
+        for _ in 0..opts.shards {
+            bed.add_shard(opts.pods);
+        }
+        for _ in 0..opts.proxies {
+            bed.add_proxy();
+        }
+        bed
+    }
+
+    /// Starts one more proxy, online at the dashboard.
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn add_proxy(&mut self) -> &Proxy {
+        let proxy = Proxy::start(
+            &self.network,
+            &self.servers,
+            self.dashboard.addr(),
+            &self.name,
+            &self.password,
+            self.proxies.len(),
+        )
+        .unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
+        self.proxies.push(proxy);
+        self.proxies.last().expect("just pushed")
+    }
+
+    /// Adds a shard of `pods` pods (started) and returns its index.
+    ///
+    /// # Panics
+    /// When a pod does not start, or the bed has no room for another shard.
+    pub fn add_shard(&mut self, pods: u32) -> usize {
+        assert!(self.next_shard < MAX_SHARDS, "a real bed has room for {MAX_SHARDS} shards");
+        let short = format!("pk-{}", shard_id(self.next_shard));
+        let full = format!("{}-{short}", self.name);
+        self.shards.push(RealShard { short, full, pods: Vec::new(), index: self.next_shard });
+        self.next_shard += 1;
+        let index = self.shards.len() - 1;
+        for _ in 0..pods {
+            self.add_pod(index);
+        }
+        index
+    }
+
+    /// Adds a pod to shard `index` (replica scale-out), starts it, and returns its ordinal.
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn add_pod(&mut self, index: usize) -> u32 {
+        let shard = &self.shards[index];
+        let ordinal = shard.pods.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
+        assert!(ordinal < MAX_ORDINALS, "a real bed has room for {MAX_ORDINALS} pods per shard");
+        let slot = u8::try_from(shard.index * MAX_ORDINALS as usize + ordinal as usize).expect("slot within the /24");
+        let name = format!("{}-{ordinal}", shard.full);
+        let fqdn = format!("{name}.{}-headless.{NAMESPACE}.svc.cluster.local", shard.full);
+        let net = self.network.add_pod(slot).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let dir = self.network.dir().join("pods").join(&name);
+        let pod = PikaPod::new(name, fqdn, ordinal, net, dir, Some(self.password.clone()));
+        self.shards[index].pods.push(pod);
+        self.start_pod(index, ordinal);
+        ordinal
+    }
+
+    /// (Re)starts the pika container of pod `ordinal` of shard `index` (killed first if it runs), with the
+    /// environment the chart gives it now.
+    ///
+    /// # Panics
+    /// When it does not start (with its logs).
+    pub fn start_pod(&mut self, index: usize, ordinal: u32) {
+        let env = self.container_env(index);
+        let (network, servers, action) = (&self.network, &self.servers, &self.action);
+        let pod = self.shards[index].pod_mut(ordinal);
+        pod.start(network, servers, action, &env).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The pika container's environment (the component's vars; the container adds its own).
+    fn container_env(&self, index: usize) -> BTreeMap<String, String> {
+        let mut env = self.env(index);
+        env.insert("ACTION_BUDGET_SECONDS".into(), "40".into());
+        env
+    }
+
+    /// The variables of shard `index`'s actions, on the bed's line (on 1.0 no shard is being deleted).
+    #[must_use]
+    pub fn env(&self, index: usize) -> BTreeMap<String, String> {
+        let shard = &self.shards[index];
+        let mut env = BTreeMap::from([
+            ("CODIS_DASHBOARD_ADDR".to_owned(), self.dashboard.addr().to_owned()),
+            ("ETCD_ENDPOINTS".to_owned(), self.etcd.endpoint()),
+            ("CLUSTER_NAME".to_owned(), self.name.clone()),
+            ("CLUSTER_NAMESPACE".to_owned(), NAMESPACE.to_owned()),
+            ("CODIS_PRODUCT_NAME".to_owned(), self.name.clone()),
+            ("PIKA_PORT".to_owned(), PIKA_PORT.to_string()),
+            ("PIKA_PASSWORD".to_owned(), self.password.clone()),
+            ("SHARD_NAME".to_owned(), shard.full.clone()),
+            ("SHARD_POD_FQDNS".to_owned(), shard.fqdns()),
+            ("ALL_SHARDS_POD_FQDNS".to_owned(), self.all_shards()),
+            ("ACTION_BUDGET_SECONDS".to_owned(), "40".to_owned()),
+        ]);
+        match self.line {
+            Line::V1_1 => {
+                env.insert("KUBEBLOCKS_LINE".into(), "1.1".into());
+            }
+            Line::V1_0 => {
+                env.insert("KUBEBLOCKS_LINE".into(), "1.0".into());
+                env.extend(self.legacy_env(&[]));
+            }
+        }
+        env
+    }
+
+    /// ALL_SHARDS_POD_FQDNS.
+    #[must_use]
+    pub fn all_shards(&self) -> String {
+        self.shards.iter().map(|s| format!("{}:{}", s.short, s.fqdns())).collect::<Vec<_>>().join(";")
+    }
+
+    /// The 1.0.x legacy component list variables, with the shards at `deleting` being deleted.
+    #[must_use]
+    pub fn legacy_env(&self, deleting: &[usize]) -> BTreeMap<String, String> {
+        let mut all = vec!["etcd".to_owned(), "codis-dashboard".to_owned()];
+        all.extend(self.shards.iter().map(|s| s.short.clone()));
+        all.extend(["codis-proxy".to_owned(), "codis-fe".to_owned()]);
+        let deleting: Vec<String> = deleting.iter().map(|&i| self.shards[i].short.clone()).collect();
+        let undeleted: Vec<String> = all.iter().filter(|c| !deleting.contains(c)).cloned().collect();
+        BTreeMap::from([
+            ("KB_CLUSTER_COMPONENT_LIST".to_owned(), all.join(",")),
+            ("KB_CLUSTER_COMPONENT_DELETING_LIST".to_owned(), deleting.join(",")),
+            ("KB_CLUSTER_COMPONENT_UNDELETED_LIST".to_owned(), undeleted.join(",")),
+        ])
+    }
+
+    /// Runs `pika-action <args>` as kbagent does (no shell, working directory `/`, exactly `env` plus PATH), with
+    /// the bed's names resolving as in the cluster.
+    ///
+    /// # Panics
+    /// When the binary cannot be run.
+    #[must_use]
+    pub fn run(&self, args: &[&str], env: &BTreeMap<String, String>) -> Output {
+        self.network
+            .command(None, &self.action)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env)
+            .current_dir("/")
+            .output()
+            .expect("run pika-action")
+    }
+
+    /// What the dashboard reports now.
+    #[must_use]
+    pub fn topology(&self) -> Topology {
+        self.dashboard.topology()
+    }
+
+    /// Asserts what a registered shard must look like: a group with exactly these pods as servers, `master` first,
+    /// every other pod replicating it (its link up, `db0:connected`), as the dashboard and the pikas report;
+    /// returns the group id.
+    ///
+    /// # Panics
+    /// When it does not look like that within 30 s (replicas may still be in their full sync).
+    pub fn assert_registered(&self, index: usize, master_ordinal: u32) -> u32 {
+        let shard = &self.shards[index];
+        let master = shard.pod(master_ordinal);
+        let topology = self.topology();
+        let group =
+            topology.group_of(&master.server()).unwrap_or_else(|| panic!("{} has no group: {topology:?}", shard.full));
+        assert_eq!(group.master(), Some(master.server().as_str()), "{} master in Codis", shard.full);
+        let mut listed = group.servers.clone();
+        listed.sort();
+        let mut expected: Vec<String> = shard.pods.iter().map(PikaPod::server).collect();
+        expected.sort();
+        assert_eq!(listed, expected, "{} servers in Codis", shard.full);
+        assert_eq!(master.role(), "master", "{} role", master.name);
+        for pod in shard.pods.iter().filter(|p| p.ordinal != master_ordinal) {
+            let mut last = None;
+            let ok = eventually(Duration::from_secs(30), || {
+                last = ReplicaState::of(&pod.info_replication());
+                last.as_ref().is_some_and(|r| {
+                    (r.master_host == master.fqdn || r.master_host == master.net.addr.to_string())
+                        && r.master_port == PIKA_PORT
+                        && r.link_up
+                        && r.db0 == "connected"
+                })
+            });
+            assert!(
+                ok,
+                "{} does not replicate {} in sync: {last:?}\n{}",
+                pod.name,
+                master.name,
+                pod.info_replication()
+            );
+        }
+        group.id
+    }
+
+    /// The keys of `keys` that pod `ordinal` of shard `index` does not hold with the value `v-<key>` (read from that
+    /// pika directly; pika's DBSIZE counts only after a keyspace scan).
+    #[must_use]
+    pub fn missing_on(&self, index: usize, ordinal: u32, keys: &[String]) -> Vec<String> {
+        let mut conn = self.shards[index].pod(ordinal).connect();
+        keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&format!("v-{k}"))).cloned().collect()
+    }
+
+    /// `role:` of every pod of shard `index`, by ordinal.
+    #[must_use]
+    pub fn roles(&self, index: usize) -> Vec<(u32, String)> {
+        self.shards[index]
+            .pods
+            .iter()
+            .map(|p| (p.ordinal, info_field(&p.info_replication(), "role").unwrap_or_default()))
+            .collect()
+    }
+}

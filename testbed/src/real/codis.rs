@@ -1,0 +1,328 @@
+//! The fork's codis-dashboard and codis-proxy, as the chart runs them (its rendered `dashboard.toml`/`proxy.toml` and
+//! the container's arguments), in the root namespace on ports of the bed's node address (which pods reach, as they
+//! reach a Service), and what the dashboard reports.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::network::Network;
+use super::{set_toml, ChartFiles, Servers};
+use crate::process::{free_port, RespConnection};
+
+/// A blocking `GET` of `path` at `addr` (`host:port`); the body of a 200.
+///
+/// # Errors
+/// The reason, when the server cannot be reached or answers anything else.
+pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("GET {addr}{path}: {e}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(|e| format!("GET {addr}{path}: {e}"))?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).map_err(|e| format!("GET {addr}{path}: {e}"))?;
+    let (head, body) = reply.split_once("\r\n\r\n").ok_or_else(|| format!("GET {addr}{path}: no HTTP reply"))?;
+    if head.lines().next().is_some_and(|l| l.contains(" 200 ")) {
+        Ok(body.to_owned())
+    } else {
+        Err(format!("GET {addr}{path}: {}", head.lines().next().unwrap_or_default()))
+    }
+}
+
+fn spawn(network: &Network, program: &Path, args: &[String], log: &Path) -> Result<Child, String> {
+    let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    let child = network
+        .command(None, program)
+        .args(args)
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    network.started(child.id());
+    Ok(child)
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(20).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+fn wait(what: &str, child: &mut Child, log: &Path, mut ready: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{what} exited ({status}) before it served:\n{}", tail(log)));
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{what} did not serve within 30 s:\n{}", tail(log)));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A real codis-dashboard of the fork.
+#[derive(Debug)]
+pub struct Dashboard {
+    addr: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Dashboard {
+    /// Starts it for `product` over etcd at `etcd` with the chart's configuration; waits until it serves.
+    ///
+    /// # Errors
+    /// When it exits or does not serve within 30 s (with the tail of its log).
+    pub fn start(
+        network: &Network,
+        servers: &Servers,
+        etcd: &str,
+        product: &str,
+        password: &str,
+    ) -> Result<Self, String> {
+        let dir = network.dir().join("dashboard");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let addr = format!("{}:{}", network.node(), free_port());
+        let toml = set_toml(&ChartFiles::rendered().dashboard_toml, "admin_addr", &format!("\"{addr}\""));
+        let config = dir.join("dashboard.toml");
+        std::fs::write(&config, toml).map_err(|e| e.to_string())?;
+        // The container's arguments (cmpd-codis-dashboard.yaml), with the bed's addresses.
+        let args = vec![
+            format!("--config={}", config.display()),
+            format!("--etcd={etcd}"),
+            format!("--product_name={product}"),
+            format!("--product_auth={password}"),
+            format!("--host-admin={addr}"),
+            "--remove-lock".to_owned(),
+            "--log-level=INFO".to_owned(),
+        ];
+        let log = dir.join("dashboard.log");
+        let mut child = spawn(network, &servers.dashboard, &args, &log)?;
+        let probe = addr.clone();
+        wait("codis-dashboard", &mut child, &log, || http_get(&probe, "/topom/model").is_ok())?;
+        Ok(Self { addr, dir, child: Some(child) })
+    }
+
+    /// `127.0.0.1:<port>`: CODIS_DASHBOARD_ADDR.
+    #[must_use]
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Its log.
+    #[must_use]
+    pub fn log(&self) -> String {
+        tail(&self.dir.join("dashboard.log"))
+    }
+
+    /// What it reports now (`GET /topom`), read again while a slot entry is torn (the fork encodes its slot cache
+    /// after releasing its lock, so a read racing a slot change may show `null` for that slot).
+    ///
+    /// # Panics
+    /// When it cannot be read or never reads whole.
+    #[must_use]
+    pub fn topology(&self) -> Topology {
+        let mut last = String::new();
+        for attempt in 0..20u64 {
+            match http_get(&self.addr, "/topom").map_err(|e| e.clone()).and_then(|body| Topology::parse(&body)) {
+                Ok(t) => return t,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(10 * (attempt + 1)));
+        }
+        panic!("codis-dashboard at {}: {last}", self.addr);
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A real codis-proxy of the fork, online at its dashboard.
+#[derive(Debug)]
+pub struct Proxy {
+    data: String,
+    admin: String,
+    password: String,
+    child: Option<Child>,
+}
+
+impl Proxy {
+    /// Starts it with the chart's configuration and arguments; it comes online at `dashboard` by itself
+    /// (`--dashboard`), as in the chart. Waits until it says it is online.
+    ///
+    /// # Errors
+    /// When it exits or does not serve within 30 s.
+    pub fn start(
+        network: &Network,
+        servers: &Servers,
+        dashboard: &str,
+        product: &str,
+        password: &str,
+        index: usize,
+    ) -> Result<Self, String> {
+        let dir = network.dir().join(format!("proxy-{index}"));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let data = format!("{}:{}", network.node(), free_port());
+        let admin = format!("{}:{}", network.node(), free_port());
+        let mut toml = set_toml(&ChartFiles::rendered().proxy_toml, "admin_addr", &format!("\"{admin}\""));
+        toml = set_toml(&toml, "proxy_addr", &format!("\"{data}\""));
+        let config = dir.join("proxy.toml");
+        std::fs::write(&config, toml).map_err(|e| e.to_string())?;
+        let args = vec![
+            format!("--config={}", config.display()),
+            format!("--dashboard={dashboard}"),
+            format!("--product_name={product}"),
+            format!("--product_auth={password}"),
+            format!("--session_auth={password}"),
+            format!("--host-admin={admin}"),
+            format!("--host-proxy={data}"),
+            "--log-level=INFO".to_owned(),
+        ];
+        let log = dir.join("proxy.log");
+        let mut child = spawn(network, &servers.proxy, &args, &log)?;
+        // Online once the dashboard filled it (`--dashboard` has it come online by itself); PING is no check: the
+        // fork forwards it to a backend, and no slot has one before the first registration.
+        let probe = admin.clone();
+        wait("codis-proxy", &mut child, &log, || {
+            http_get(&probe, "/proxy/stats")
+                .ok()
+                .and_then(|body| serde_json::from_str::<Value>(&body).ok())
+                .is_some_and(|stats| stats.get("online").and_then(Value::as_bool) == Some(true))
+        })?;
+        Ok(Self { data, admin, password: password.to_owned(), child: Some(child) })
+    }
+
+    /// Where clients connect.
+    #[must_use]
+    pub fn data_addr(&self) -> &str {
+        &self.data
+    }
+
+    /// Its admin address (what the dashboard lists).
+    #[must_use]
+    pub fn admin_addr(&self) -> &str {
+        &self.admin
+    }
+
+    /// A client connection, authenticated.
+    ///
+    /// # Errors
+    /// When the proxy cannot be reached.
+    pub fn connect(&self) -> Result<RespConnection, String> {
+        RespConnection::connect(&self.data, Some(&self.password), Duration::from_secs(5))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A Codis group as the dashboard lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Its id.
+    pub id: u32,
+    /// Its servers in Codis' order: the master first.
+    pub servers: Vec<String>,
+    /// `out_of_sync`.
+    pub out_of_sync: bool,
+}
+
+impl Group {
+    /// The master, when it has servers.
+    #[must_use]
+    pub fn master(&self) -> Option<&str> {
+        self.servers.first().map(String::as_str)
+    }
+}
+
+/// Groups and slot owners as the dashboard reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Every group, by id.
+    pub groups: Vec<Group>,
+    /// Slot i's group (0: offline).
+    pub slots: Vec<u32>,
+    /// Slots with a migration action.
+    pub migrating: usize,
+    /// Online proxies.
+    pub proxies: usize,
+}
+
+impl Topology {
+    /// From the body of `GET /topom`.
+    ///
+    /// # Errors
+    /// When it does not have the shape the fork gives it, or a slot entry is torn (`null`).
+    pub fn parse(body: &str) -> Result<Self, String> {
+        let v: Value = serde_json::from_str(body).map_err(|e| format!("/topom is not JSON: {e}"))?;
+        let stats = v.get("stats").ok_or("/topom has no stats")?;
+        let groups = stats
+            .pointer("/group/models")
+            .and_then(Value::as_array)
+            .map(|models| {
+                models
+                    .iter()
+                    .map(|g| Group {
+                        id: g.get("id").and_then(Value::as_u64).unwrap_or(0) as u32,
+                        servers: g
+                            .get("servers")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|s| s.get("server").and_then(Value::as_str).map(str::to_owned))
+                            .collect(),
+                        out_of_sync: g.get("out_of_sync").and_then(Value::as_bool).unwrap_or(false),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut slots = Vec::new();
+        let mut migrating = 0;
+        for (i, slot) in stats.get("slots").and_then(Value::as_array).ok_or("/topom has no slots")?.iter().enumerate() {
+            if slot.is_null() {
+                return Err(format!("slot {i} is null (a torn read)"));
+            }
+            slots.push(slot.get("group_id").and_then(Value::as_u64).unwrap_or(0) as u32);
+            if slot.get("action").and_then(Value::as_object).is_some_and(|a| !a.is_empty()) {
+                migrating += 1;
+            }
+        }
+        let proxies = stats.pointer("/proxy/models").and_then(Value::as_array).map_or(0, Vec::len);
+        Ok(Self { groups, slots, migrating, proxies })
+    }
+
+    /// The group listing `server`.
+    #[must_use]
+    pub fn group_of(&self, server: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.servers.iter().any(|s| s == server))
+    }
+
+    /// How many slots group `gid` owns.
+    #[must_use]
+    pub fn slots_of(&self, gid: u32) -> usize {
+        self.slots.iter().filter(|&&g| g == gid).count()
+    }
+}

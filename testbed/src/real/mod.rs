@@ -1,0 +1,175 @@
+//! The real servers the addon ships, in a test bed: pika v4.0.1 (one per pod, each in its own network namespace,
+//! started by the chart's own `pika-start.sh` from the chart's own `pika.conf`), and Pika's Codis fork
+//! (codis-dashboard and codis-proxy configured from the chart's own `dashboard.toml` and `proxy.toml`) over real
+//! etcd. `scripts/setup.sh` installs the servers; nothing here falls back to a stand-in.
+//!
+//! What the bed changes from what the chart renders, and why:
+//! - pika's paths (`/data/...`) point into the pod's directory: the pods share one filesystem here;
+//! - pika's `maxclients` is 10000, not 20000: pika aborts at start unless `maxclients` plus its reserve is within
+//!   `ulimit -n`, which is 20000 on these machines and cannot be raised here (a container's is usually 1048576);
+//! - the dashboard, proxy and etcd listen on ports of the bed's node address in the root namespace (they run beside
+//!   the test, not in pods; pods reach them there as they would reach a Service), and advertise those addresses.
+
+pub mod bed;
+pub mod codis;
+pub mod network;
+pub mod pika;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::kubeblocks::chart::{helm_template, repo_chart};
+
+/// Where `scripts/setup.sh` installs the real servers.
+pub const INSTALL_DIR: &str = "/usr/local/lib/pika-kubeblocks";
+
+/// The installed real servers.
+#[derive(Debug, Clone)]
+pub struct Servers {
+    /// pika v4.0.1.
+    pub pika: PathBuf,
+    /// The fork's codis-dashboard.
+    pub dashboard: PathBuf,
+    /// The fork's codis-proxy.
+    pub proxy: PathBuf,
+}
+
+impl Servers {
+    /// The servers `scripts/setup.sh` installed.
+    ///
+    /// # Panics
+    /// When they are not installed: a test of the real tier never passes without them.
+    #[must_use]
+    pub fn installed() -> Self {
+        let dir = Path::new(INSTALL_DIR);
+        let servers = Self {
+            pika: dir.join("pika/bin/pika"),
+            dashboard: dir.join("codis/bin/codis-dashboard"),
+            proxy: dir.join("codis/bin/codis-proxy"),
+        };
+        for path in [&servers.pika, &servers.dashboard, &servers.proxy] {
+            assert!(
+                path.is_file(),
+                "{} is not installed: run scripts/setup.sh (it installs pika v4.0.1 and Pika's Codis fork from \
+                 PIKA_BIN/CODIS_BIN or ../shared/servers)",
+                path.display()
+            );
+        }
+        servers
+    }
+}
+
+/// The files the addon chart renders for the servers, as KubeBlocks mounts them.
+#[derive(Debug, Clone)]
+pub struct ChartFiles {
+    /// `pika.conf` of the pika config template (the "key value" lines KubeBlocks manages).
+    pub pika_conf: String,
+    /// `pika-start.sh` of the scripts ConfigMap: the pika container's command.
+    pub pika_start: String,
+    /// `dashboard.toml`.
+    pub dashboard_toml: String,
+    /// `proxy.toml`.
+    pub proxy_toml: String,
+}
+
+impl ChartFiles {
+    /// `helm template` of `addon/` with its default values (once per process).
+    ///
+    /// # Panics
+    /// When the chart does not render or lacks one of the files.
+    #[must_use]
+    pub fn rendered() -> &'static Self {
+        static FILES: OnceLock<Result<ChartFiles, String>> = OnceLock::new();
+        FILES
+            .get_or_init(|| {
+                let objects =
+                    helm_template(&repo_chart("addon"), "pika", "kb-system", &[]).map_err(|e| e.to_string())?;
+                let data = |key: &str| -> Result<String, String> {
+                    objects
+                        .iter()
+                        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("ConfigMap"))
+                        .find_map(|o| o.pointer(&format!("/data/{key}")).and_then(Value::as_str))
+                        .map(str::to_owned)
+                        .ok_or_else(|| format!("the addon chart renders no ConfigMap holding {key}"))
+                };
+                Ok(ChartFiles {
+                    pika_conf: data("pika.conf")?,
+                    pika_start: data("pika-start.sh")?,
+                    dashboard_toml: data("dashboard.toml")?,
+                    proxy_toml: data("proxy.toml")?,
+                })
+            })
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// `text` with the value of every `key = ...` line (TOML) replaced by `value` (already quoted as TOML needs).
+#[must_use]
+pub fn set_toml(text: &str, key: &str, value: &str) -> String {
+    let mut found = false;
+    let mut out: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let named = line.split('=').next().is_some_and(|k| k.trim() == key) && !line.trim_start().starts_with('#');
+            if named {
+                found = true;
+                format!("{key} = {value}")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(format!("{key} = {value}"));
+    }
+    out.join("\n") + "\n"
+}
+
+/// `text` (pika.conf as the chart has it, "key value" lines) with `key` set to `value`.
+#[must_use]
+pub fn set_pika_setting(text: &str, key: &str, value: &str) -> String {
+    let mut found = false;
+    let mut out: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if line.split_whitespace().next() == Some(key) {
+                found = true;
+                format!("{key} {value}")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(format!("{key} {value}"));
+    }
+    out.join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_replaced_where_they_are_and_added_where_they_are_not() {
+        let toml = "# admin_addr = \"x\"\nadmin_addr = \"0.0.0.0:18080\"\nmax_slot_num = 1024\n";
+        let set = set_toml(toml, "admin_addr", "\"127.0.0.1:1\"");
+        assert_eq!(set, "# admin_addr = \"x\"\nadmin_addr = \"127.0.0.1:1\"\nmax_slot_num = 1024\n");
+        assert!(set_toml(toml, "jodis_name", "\"\"").ends_with("jodis_name = \"\"\n"));
+        let conf = "port 9221\nmaxclients 20000\n";
+        assert_eq!(set_pika_setting(conf, "maxclients", "10000"), "port 9221\nmaxclients 10000\n");
+        assert_eq!(set_pika_setting(conf, "log-path", "/x/"), "port 9221\nmaxclients 20000\nlog-path /x/\n");
+    }
+
+    #[test]
+    fn the_chart_renders_every_file_the_bed_runs() {
+        let files = ChartFiles::rendered();
+        assert!(files.pika_conf.lines().any(|l| l.trim() == "slotmigrate yes"), "{}", files.pika_conf);
+        assert!(files.pika_start.contains("exec \"$pika\""), "{}", files.pika_start);
+        assert!(files.dashboard_toml.contains("coordinator_name"));
+        assert!(files.proxy_toml.contains("proxy_addr"));
+    }
+}

@@ -1,0 +1,250 @@
+//! One pika pod: a real pika v4.0.1 in its own network namespace, started the way the chart's pika container starts
+//! it (`/bin/sh pika-start.sh`: merge the config template into the persisted `pika.conf` on the volume, run
+//! `pika-action rejoin`, exec pika), with its own volume directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use super::network::{Network, PodNet};
+use super::{set_pika_setting, ChartFiles, Servers};
+use crate::process::{info_field, RespConnection};
+
+/// The port every pod's pika serves (the chart's PIKA_PORT).
+pub const PIKA_PORT: u16 = 9221;
+
+/// A pod's pika.
+#[derive(Debug)]
+pub struct PikaPod {
+    /// `<cluster>-<sharding>-<id>-<ordinal>`.
+    pub name: String,
+    /// Its FQDN (what Codis registers and every process of the bed resolves).
+    pub fqdn: String,
+    /// Its ordinal.
+    pub ordinal: u32,
+    /// Its namespace and address.
+    pub net: PodNet,
+    dir: PathBuf,
+    password: Option<String>,
+    child: Option<Child>,
+}
+
+impl PikaPod {
+    pub(crate) fn new(
+        name: String,
+        fqdn: String,
+        ordinal: u32,
+        net: PodNet,
+        dir: PathBuf,
+        password: Option<String>,
+    ) -> Self {
+        Self { name, fqdn, ordinal, net, dir, password, child: None }
+    }
+
+    /// `<fqdn>:9221`, the address Codis knows it by.
+    #[must_use]
+    pub fn server(&self) -> String {
+        format!("{}:{PIKA_PORT}", self.fqdn)
+    }
+
+    /// `<pod address>:9221`.
+    #[must_use]
+    pub fn addr(&self) -> String {
+        format!("{}:{PIKA_PORT}", self.net.addr)
+    }
+
+    /// The volume (`/data` in the chart): the persisted `pika.conf`, `db/`, `log/`, ...
+    #[must_use]
+    pub fn volume(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The config template the pod is started with: the chart's `pika.conf` with the bed's changes (module doc).
+    #[must_use]
+    pub fn template(&self) -> PathBuf {
+        self.dir.join("etc/pika.conf")
+    }
+
+    /// Starts the pod's pika container: `pika-start.sh` of the chart with the container's environment (`env`: the
+    /// component's vars), and waits until pika answers PING.
+    ///
+    /// # Errors
+    /// When pika-start.sh exits (say, rejoin refused) or pika does not answer within 60 s: with the start log and
+    /// the tail of pika's own log.
+    pub fn start(
+        &mut self,
+        network: &Network,
+        servers: &Servers,
+        action: &Path,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        self.kill();
+        let files = ChartFiles::rendered();
+        let volume = self.volume();
+        std::fs::create_dir_all(&volume).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(self.dir.join("etc")).map_err(|e| e.to_string())?;
+        let mut template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
+        template = set_pika_setting(&template, "maxclients", "10000");
+        std::fs::write(self.template(), template).map_err(|e| e.to_string())?;
+        let script = self.dir.join("pika-start.sh");
+        std::fs::write(&script, &files.pika_start).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("start.log"))
+            .map_err(|e| e.to_string())?;
+        let child = network
+            .command(Some(&self.net.ns), Path::new("/bin/sh"))
+            .arg(&script)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .envs(env)
+            .env("POD_NAME", &self.name)
+            .env("PIKA_ACTION", action)
+            .env("PIKA_BIN", &servers.pika)
+            .env("PIKA_CONFIG_TEMPLATE", self.template())
+            .env("PIKA_CONFIG_FILE", volume.join("pika.conf"))
+            .env("PIKA_DATA_DIR", volume.join("db"))
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: cannot start pika-start.sh: {e}", self.name))?;
+        network.started(child.id());
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!(
+                        "{}: the pika container exited ({status}) before pika served\n{}",
+                        self.name,
+                        self.logs()
+                    ));
+                }
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(format!("{}: pika did not answer PING within 60 s\n{}", self.name, self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        RespConnection::connect(&self.addr(), self.password.as_deref(), Duration::from_millis(500))
+            .and_then(|mut c| c.command(&["PING"]))
+            .is_ok_and(|r| r == "+PONG")
+    }
+
+    /// The start script's output and the tail of pika's newest log file.
+    #[must_use]
+    pub fn logs(&self) -> String {
+        let start = std::fs::read_to_string(self.dir.join("start.log")).unwrap_or_default();
+        let newest = std::fs::read_dir(self.volume().join("log"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+        let pika_log = newest.map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).unwrap_or_default();
+        let tail: Vec<&str> = pika_log.lines().rev().take(20).collect();
+        format!(
+            "--- start log ---\n{}\n--- pika log (last 20 lines) ---\n{}",
+            start.trim_end(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    /// SIGKILL: what a crashed pod looks like. Its volume stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether its pika still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Kills it and empties its volume: the pod comes back on an empty disk at its next start.
+    pub fn lose_volume(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.volume());
+    }
+
+    /// A connection to its pika.
+    ///
+    /// # Panics
+    /// When pika cannot be reached.
+    #[must_use]
+    pub fn connect(&self) -> RespConnection {
+        RespConnection::connect(&self.addr(), self.password.as_deref(), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name))
+    }
+
+    /// One command; the reply as text (see [`RespConnection::command`]).
+    ///
+    /// # Panics
+    /// When pika cannot be reached.
+    #[must_use]
+    pub fn command(&self, args: &[&str]) -> String {
+        self.connect().command(args).unwrap_or_else(|e| panic!("{}: {e}", self.name))
+    }
+
+    /// `INFO replication`.
+    #[must_use]
+    pub fn info_replication(&self) -> String {
+        self.command(&["INFO", "replication"])
+    }
+
+    /// `role:` of `INFO replication`.
+    #[must_use]
+    pub fn role(&self) -> String {
+        info_field(&self.info_replication(), "role").unwrap_or_default()
+    }
+}
+
+impl Drop for PikaPod {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What pika's `INFO replication` says of a replica's link to its master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaState {
+    /// `master_host`.
+    pub master_host: String,
+    /// `master_port`.
+    pub master_port: u16,
+    /// `master_link_status:up`.
+    pub link_up: bool,
+    /// The `db0` sync state of `repl_connect_status` (`connected`, `syncing_full`, `try_to_full_sync`, `error`, ...).
+    pub db0: String,
+}
+
+impl ReplicaState {
+    /// Reads a replica's state from `INFO replication`; `None` on a master.
+    #[must_use]
+    pub fn of(info: &str) -> Option<Self> {
+        if info_field(info, "role")?.trim() != "slave" {
+            return None;
+        }
+        // The first `db0:` line of a replica is its `repl_connect_status`; the second its binlog position.
+        let db0 = info_field(info, "db0").filter(|s| !s.starts_with("binlog_offset")).unwrap_or_default();
+        Some(Self {
+            master_host: info_field(info, "master_host")?.trim().to_owned(),
+            master_port: info_field(info, "master_port")?.trim().parse().ok()?,
+            link_up: info_field(info, "master_link_status").is_some_and(|s| s.trim() == "up"),
+            db0: db0.trim().to_owned(),
+        })
+    }
+}
