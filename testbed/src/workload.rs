@@ -32,6 +32,9 @@ pub struct WorkloadOptions {
     pub pace: Duration,
     /// Timeout of one request. Default 2 s.
     pub timeout: Duration,
+    /// The password every connection sends first (`AUTH`), as a codis-proxy with `session_auth` requires. Default
+    /// none.
+    pub auth: Option<String>,
 }
 
 impl WorkloadOptions {
@@ -44,6 +47,7 @@ impl WorkloadOptions {
             prefix: "wl".into(),
             pace: Duration::from_millis(1),
             timeout: Duration::from_secs(2),
+            auth: None,
         }
     }
 }
@@ -137,7 +141,8 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
         let key = format!("{}:{writer}:{n}", opts.prefix);
         let value = format!("value-of-{key}");
         n += 1;
-        let outcome = match conn.take().map_or_else(|| Client::connect(target, opts.timeout), Ok) {
+        let outcome = match conn.take().map_or_else(|| Client::connect(target, opts.timeout, opts.auth.as_deref()), Ok)
+        {
             Ok(mut c) => match c.command(&[b"SET", key.as_bytes(), value.as_bytes()]) {
                 Ok(Resp::Status(s)) if s == "OK" => {
                     conn = Some(c);
@@ -243,7 +248,15 @@ impl Ledger {
     /// # Errors
     /// When `addr` cannot be reached.
     pub fn write_keys(addr: &str, keys: &[String]) -> std::io::Result<Self> {
-        let mut client = Client::connect(addr, Duration::from_secs(10))?;
+        Self::write_keys_authed(addr, None, keys)
+    }
+
+    /// Like [`Ledger::write_keys`], authenticating with `auth` first.
+    ///
+    /// # Errors
+    /// When `addr` cannot be reached or refuses the password.
+    pub fn write_keys_authed(addr: &str, auth: Option<&str>, keys: &[String]) -> std::io::Result<Self> {
+        let mut client = Client::connect(addr, Duration::from_secs(10), auth)?;
         let mut ledger = Self::default();
         for chunk in keys.chunks(500) {
             let values: Vec<String> = chunk.iter().map(|k| format!("value-of-{k}")).collect();
@@ -283,9 +296,15 @@ impl Ledger {
     /// Reads every acknowledged key back through `addr` (a proxy data port), `MGET` 100 at a time.
     #[must_use]
     pub fn verify_through(&self, addr: &str) -> Verification {
+        self.verify_through_authed(addr, None)
+    }
+
+    /// Like [`Ledger::verify_through`], authenticating with `auth` first.
+    #[must_use]
+    pub fn verify_through_authed(&self, addr: &str, auth: Option<&str>) -> Verification {
         let keys: Vec<(&String, &String)> = self.acked.iter().collect();
         let mut out = Verification::default();
-        let mut client = match Client::connect(addr, Duration::from_secs(10)) {
+        let mut client = match Client::connect(addr, Duration::from_secs(10), auth) {
             Ok(c) => c,
             Err(e) => {
                 out.errors.push(format!("connect {addr}: {e}"));
@@ -341,7 +360,7 @@ impl Ledger {
             }
         }
         for (addr, keys) in by_backend {
-            let mut client = match Client::connect(&addr, Duration::from_secs(10)) {
+            let mut client = match Client::connect(&addr, Duration::from_secs(10), None) {
                 Ok(c) => c,
                 Err(e) => {
                     out.errors.push(format!("connect {addr}: {e}"));
@@ -382,14 +401,22 @@ struct Client {
 }
 
 impl Client {
-    fn connect(addr: &str, timeout: Duration) -> std::io::Result<Self> {
+    fn connect(addr: &str, timeout: Duration, auth: Option<&str>) -> std::io::Result<Self> {
         let sock =
             addr.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
         let stream = TcpStream::connect_timeout(&sock, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
-        Ok(Self { stream: BufReader::new(stream) })
+        let mut client = Self { stream: BufReader::new(stream) };
+        if let Some(password) = auth {
+            match client.command(&[b"AUTH", password.as_bytes()])? {
+                Resp::Status(s) if s == "OK" => {}
+                // The reply only: it never carries the password.
+                other => return Err(std::io::Error::other(format!("AUTH at {addr} refused: {other:?}"))),
+            }
+        }
+        Ok(client)
     }
 
     fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {

@@ -3,10 +3,13 @@
 //! (`testbed::real`). pika-action runs with the chart's environment and reaches pods by their FQDNs, as in a cluster.
 //! Every outcome is read from the dashboard, the pikas and the proxy.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use testbed::process::info_field;
 use testbed::real::bed::{Line, RealBed, RealBedOptions};
+use testbed::{Ledger, Workload, WorkloadOptions};
 
 use crate::support::describe;
 
@@ -20,7 +23,9 @@ fn bed(shards: usize, pods: u32, line: Line, proxies: usize) -> RealBed {
 
 /// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else.
 fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTreeMap<String, String>) {
-    for _ in 0..30 {
+    // Ten budgets (40 s each) is far beyond what any of these operations needs on this bed: a run that still
+    // exits 75 then is not progressing.
+    for _ in 0..10 {
         let out = bed.run(args, env);
         match out.status.code() {
             Some(0) => return,
@@ -28,7 +33,7 @@ fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTree
             _ => panic!("{args:?} failed: {}\ndashboard log:\n{}", describe(&out), bed.dashboard.log()),
         }
     }
-    panic!("{args:?} did not finish in 30 runs");
+    panic!("{args:?} did not finish in 10 runs\ndashboard log:\n{}", bed.dashboard.log());
 }
 
 /// Writes `n` keys through the proxy; returns them.
@@ -92,4 +97,333 @@ fn post_provision_registers_a_shard_of_real_pikas_on_the_forks_dashboard() {
     let out = bed.run(&["post-provision"], &bed.env(0));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(bed.topology(), topology);
+}
+
+// ---- scenarios: what KubeBlocks runs for each operation, in its order, with a writer through the real proxy --------
+//
+// Each scenario runs the actions KubeBlocks would run for one operation (the chart's actions with the chart's
+// environment, on the line given) directly, in the order the line's controllers run them; the KubeBlocks emulation
+// (`testbed::kubeblocks`) still runs over redis-servers and the Codis double. What this does not model: the
+// controllers' retries and timing, preconditions, role probes and the Kubernetes API (no KUBE_API_URL, so
+// switchover and member-leave decide by the ordinal rule and 1.1's pre-terminate safety net is not run).
+
+/// A writer through the real proxy, with keys preloaded before the operation.
+struct Traffic {
+    preloaded: Ledger,
+    writer: Workload,
+}
+
+impl Traffic {
+    fn start(bed: &RealBed, prefix: &str) -> Self {
+        let proxy = bed.proxies[0].data_addr().to_owned();
+        let keys: Vec<String> = (0..2000).map(|n| format!("{prefix}:pre:{n}")).collect();
+        let preloaded =
+            Ledger::write_keys_authed(&proxy, Some(&bed.password), &keys).expect("preload through the proxy");
+        assert_eq!(preloaded.acked.len(), keys.len(), "preload: {:?}", preloaded.errors);
+        let writer = Workload::start(WorkloadOptions {
+            prefix: prefix.to_owned(),
+            auth: Some(bed.password.clone()),
+            pace: Duration::from_millis(2),
+            ..WorkloadOptions::through(&[proxy])
+        });
+        assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "the writer got no write through the proxy");
+        Self { preloaded, writer }
+    }
+
+    /// Stops the writer and reads every acknowledged key back through the proxy.
+    fn finish(self, bed: &RealBed) -> (usize, usize) {
+        let mut ledger = self.writer.stop();
+        let during = ledger.acked.len();
+        let failed = ledger.failed;
+        ledger.merge(self.preloaded);
+        let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+        assert!(check.is_clean(), "acknowledged keys lost: {}", check.summary());
+        assert!(during > 0, "no write was acknowledged during the operation ({failed} failed)");
+        (during, failed)
+    }
+}
+
+/// Every shard a Codis group with its pods, the master Codis lists being a pika master and every replica in sync
+/// with it; every slot owned by one of these groups, none migrating, sizes within one of each other.
+fn assert_healthy(bed: &RealBed) {
+    let topology = bed.topology();
+    assert_eq!(topology.migrating, 0, "slots still migrating: {topology:?}");
+    let mut gids = Vec::new();
+    for (index, shard) in bed.shards.iter().enumerate() {
+        let group = topology
+            .group_of(&shard.pods[0].server())
+            .unwrap_or_else(|| panic!("{} has no group: {topology:?}", shard.full));
+        let master = group.master().expect("a group with servers");
+        let ordinal = shard.pods.iter().find(|p| p.server() == master).expect("a master of the shard's pods").ordinal;
+        gids.push(bed.assert_registered(index, ordinal));
+    }
+    assert_eq!(topology.groups.len(), bed.shards.len(), "groups: {topology:?}");
+    let sizes: Vec<usize> = gids.iter().map(|&g| topology.slots_of(g)).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), topology.slots.len(), "slots outside the shards' groups: {sizes:?}");
+    let (max, min) = (sizes.iter().max().copied().unwrap_or(0), sizes.iter().min().copied().unwrap_or(0));
+    assert!(max - min <= 1, "unbalanced: {sizes:?}");
+}
+
+fn with(mut env: BTreeMap<String, String>, extra: &[(&str, String)]) -> BTreeMap<String, String> {
+    for (k, v) in extra {
+        env.insert((*k).to_owned(), v.clone());
+    }
+    env
+}
+
+/// Cluster creation as the line runs it: 1.1 registers each shard on its own (component postProvision
+/// `--own-shard`), then the ShardingDefinition's postProvision assigns the slots; 1.0 runs each shard's component
+/// postProvision, which registers every shard.
+fn create(bed: &RealBed) {
+    match bed.line {
+        Line::V1_1 => {
+            for index in 0..bed.shards.len() {
+                run_to_completion(bed, &["post-provision", "--own-shard"], &bed.env(index));
+            }
+            run_to_completion(bed, &["post-provision"], &bed.env(0));
+        }
+        Line::V1_0 => {
+            for index in 0..bed.shards.len() {
+                run_to_completion(bed, &["post-provision"], &bed.env(index));
+            }
+        }
+    }
+}
+
+fn created(shards: usize, pods: u32, line: Line) -> RealBed {
+    let bed = bed(shards, pods, line, 1);
+    create(&bed);
+    assert_healthy(&bed);
+    bed
+}
+
+/// The master's ordinal of shard `index`, as Codis lists it.
+fn master_ordinal(bed: &RealBed, index: usize) -> u32 {
+    let topology = bed.topology();
+    let shard = &bed.shards[index];
+    let master = topology.group_of(&shard.pods[0].server()).and_then(|g| g.master().map(str::to_owned));
+    shard.pods.iter().find(|p| Some(p.server()) == master).map(|p| p.ordinal).expect("the shard's master")
+}
+
+fn switchover(bed: &RealBed, index: usize) {
+    let ordinal = master_ordinal(bed, index);
+    let current = bed.shards[index].pod(ordinal);
+    let env = with(
+        bed.env(index),
+        &[
+            ("KB_SWITCHOVER_CURRENT_NAME", current.name.clone()),
+            ("KB_SWITCHOVER_CURRENT_FQDN", current.fqdn.clone()),
+            ("KB_SWITCHOVER_ROLE", "master".to_owned()),
+        ],
+    );
+    run_to_completion(bed, &["switchover"], &env);
+}
+
+fn scenario_create(shards: usize, line: Line) {
+    let bed = created(shards, 2, line);
+    let traffic = Traffic::start(&bed, "create");
+    std::thread::sleep(Duration::from_secs(1));
+    traffic.finish(&bed);
+    assert_healthy(&bed);
+}
+
+fn scenario_replicas(line: Line) {
+    let mut bed = created(2, 2, line);
+    let traffic = Traffic::start(&bed, "replicas");
+    // A replica joins shard 0 ...
+    let ordinal = bed.add_pod(0);
+    let (name, fqdn) = (bed.shards[0].pod(ordinal).name.clone(), bed.shards[0].pod(ordinal).fqdn.clone());
+    let env = with(bed.env(0), &[("KB_JOIN_MEMBER_POD_NAME", name.clone()), ("KB_JOIN_MEMBER_POD_FQDN", fqdn.clone())]);
+    run_to_completion(&bed, &["member-join"], &env);
+    assert_healthy(&bed);
+    // ... and leaves again (a replica scale-in removes the highest ordinal: switchover first if it is the master).
+    if master_ordinal(&bed, 0) == ordinal {
+        switchover(&bed, 0);
+    }
+    let env = with(bed.env(0), &[("KB_LEAVE_MEMBER_POD_NAME", name), ("KB_LEAVE_MEMBER_POD_FQDN", fqdn)]);
+    run_to_completion(&bed, &["member-leave"], &env);
+    bed.remove_pod(0, ordinal);
+    assert_healthy(&bed);
+    traffic.finish(&bed);
+}
+
+fn scenario_switchover(line: Line) {
+    let bed = created(2, 2, line);
+    let traffic = Traffic::start(&bed, "switchover");
+    let before = master_ordinal(&bed, 0);
+    switchover(&bed, 0);
+    assert_ne!(master_ordinal(&bed, 0), before, "the master did not move");
+    assert_healthy(&bed);
+    traffic.finish(&bed);
+}
+
+/// A rolling restart: per shard, the replicas first, then a switchover, then the old master (KubeBlocks' Serial
+/// update in role-priority order). Each pod comes back through the chart's pika-start.sh (rejoin first).
+fn scenario_rolling_restart(line: Line) {
+    let mut bed = created(2, 2, line);
+    let traffic = Traffic::start(&bed, "restart");
+    for index in 0..bed.shards.len() {
+        let master = master_ordinal(&bed, index);
+        let replicas: Vec<u32> = bed.shards[index].pods.iter().map(|p| p.ordinal).filter(|&o| o != master).collect();
+        for ordinal in replicas {
+            bed.start_pod(index, ordinal);
+        }
+        switchover(&bed, index);
+        bed.start_pod(index, master);
+        assert_healthy(&bed);
+    }
+    traffic.finish(&bed);
+}
+
+fn scale_out(bed: &mut RealBed) {
+    let index = bed.add_shard(2);
+    let full = bed.shards[index].full.clone();
+    match bed.line {
+        Line::V1_1 => {
+            run_to_completion(bed, &["post-provision", "--own-shard"], &bed.env(index));
+            run_to_completion(bed, &["shard-add"], &with(bed.env(0), &[("KB_ADD_SHARD_NAME", full)]));
+        }
+        Line::V1_0 => run_to_completion(bed, &["post-provision"], &bed.env(index)),
+    }
+}
+
+fn scenario_scale_out(line: Line) {
+    let mut bed = created(3, 2, line);
+    let traffic = Traffic::start(&bed, "scaleout");
+    scale_out(&mut bed);
+    assert_healthy(&bed);
+    traffic.finish(&bed);
+}
+
+fn scenario_scale_in(line: Line) {
+    let mut bed = created(4, 2, line);
+    let traffic = Traffic::start(&bed, "scalein");
+    let index = 3;
+    let full = bed.shards[index].full.clone();
+    match line {
+        Line::V1_1 => run_to_completion(&bed, &["shard-remove"], &with(bed.env(0), &[("KB_REMOVE_SHARD_NAME", full)])),
+        Line::V1_0 => {
+            let mut env = bed.env(index);
+            env.extend(bed.legacy_env(&[index]));
+            env.insert("KB_CLUSTER_COMPONENT_IS_SCALING_IN".into(), "true".into());
+            run_to_completion(&bed, &["pre-terminate"], &env);
+        }
+    }
+    bed.remove_shard(index);
+    assert_healthy(&bed);
+    traffic.finish(&bed);
+}
+
+/// A pod comes back on an empty volume (its PVC lost): the chart's start runs rejoin on it first. The master is
+/// stopped as a pod deletion stops it (SIGTERM: pika flushes and stops); killed with writes not yet sent to its
+/// replica, a master's loss of its disk loses them whatever the product does (replication is asynchronous).
+fn scenario_empty_volume(line: Line, of_master: bool) {
+    let mut bed = created(2, 2, line);
+    let traffic = Traffic::start(&bed, "empty");
+    let master = master_ordinal(&bed, 0);
+    let ordinal = if of_master { master } else { 1 - master };
+    let pod = bed.shards[0].pod_mut(ordinal);
+    pod.stop();
+    pod.lose_volume();
+    bed.start_pod(0, ordinal);
+    assert_healthy(&bed);
+    traffic.finish(&bed);
+}
+
+#[test]
+fn create_three_shards_on_1_0() {
+    scenario_create(3, Line::V1_0);
+}
+
+#[test]
+fn create_three_shards_on_1_1() {
+    scenario_create(3, Line::V1_1);
+}
+
+#[test]
+fn create_one_shard_on_1_0() {
+    scenario_create(1, Line::V1_0);
+}
+
+#[test]
+fn create_one_shard_on_1_1() {
+    scenario_create(1, Line::V1_1);
+}
+
+#[test]
+fn a_replica_added_and_removed_on_1_0() {
+    scenario_replicas(Line::V1_0);
+}
+
+#[test]
+fn a_replica_added_and_removed_on_1_1() {
+    scenario_replicas(Line::V1_1);
+}
+
+#[test]
+#[ignore = "real pika: a switchover lost 5 acknowledged keys in 1 of 3 runs here (the promote does not wait for pika's binlog position; issue 33)"]
+fn switchover_on_1_0() {
+    scenario_switchover(Line::V1_0);
+}
+
+#[test]
+#[ignore = "real pika: a switchover lost 2 acknowledged keys in 1 of 3 runs here (the promote does not wait for pika's binlog position; issue 33)"]
+fn switchover_on_1_1() {
+    scenario_switchover(Line::V1_1);
+}
+
+#[test]
+#[ignore = "real pika: a rolling restart lost 5 to 7 acknowledged keys in 2 of 3 runs here (issue 33)"]
+fn rolling_restart_on_1_0() {
+    scenario_rolling_restart(Line::V1_0);
+}
+
+#[test]
+#[ignore = "real pika: a rolling restart lost 19 acknowledged keys in 1 of 3 runs, and in another the switchover found the restarted replica's link still down and exited 1 (issue 33)"]
+fn rolling_restart_on_1_1() {
+    scenario_rolling_restart(Line::V1_1);
+}
+
+#[test]
+#[ignore = "real pika: a 3 to 4 scale-out (a split) lost 1 acknowledged key in 1 of 3 runs here (issue 34)"]
+fn scale_out_three_to_four_on_1_0() {
+    scenario_scale_out(Line::V1_0);
+}
+
+#[test]
+#[ignore = "real pika: never finishes: the new shard's pods log 'Meta Sync Failed: replicationid on both sides of the connection are inconsistent' and shard-add exits 75 for as long as it is retried (issue 34)"]
+fn scale_out_three_to_four_on_1_1() {
+    scenario_scale_out(Line::V1_1);
+}
+
+#[test]
+fn scale_in_four_to_three_on_1_0() {
+    scenario_scale_in(Line::V1_0);
+}
+
+#[test]
+fn scale_in_four_to_three_on_1_1() {
+    scenario_scale_in(Line::V1_1);
+}
+
+#[test]
+#[ignore = "real pika: the master stopped by SIGTERM acknowledged about 400 writes during its 10-15 s shutdown that its replica never got, and rejoin handed mastership to that replica (412 keys lost here; killed instead, 10-14); issue 33"]
+fn a_master_back_on_an_empty_volume_on_1_0() {
+    scenario_empty_volume(Line::V1_0, true);
+}
+
+#[test]
+#[ignore = "real pika: the master stopped by SIGTERM acknowledged about 400 writes during its 10-15 s shutdown that its replica never got, and rejoin handed mastership to that replica (400 keys lost here; killed instead, 9-10); issue 33"]
+fn a_master_back_on_an_empty_volume_on_1_1() {
+    scenario_empty_volume(Line::V1_1, true);
+}
+
+#[test]
+fn a_replica_back_on_an_empty_volume_on_1_0() {
+    scenario_empty_volume(Line::V1_0, false);
+}
+
+#[test]
+fn a_replica_back_on_an_empty_volume_on_1_1() {
+    scenario_empty_volume(Line::V1_1, false);
 }

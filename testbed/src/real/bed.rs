@@ -223,6 +223,20 @@ impl RealBed {
         ordinal
     }
 
+    /// Deletes pod `ordinal` of shard `index` with its volume (a replica scale-in).
+    pub fn remove_pod(&mut self, index: usize, ordinal: u32) {
+        self.shards[index].pod_mut(ordinal).lose_volume();
+        self.shards[index].pods.retain(|p| p.ordinal != ordinal);
+    }
+
+    /// Deletes shard `index` with its pods and volumes (a shard scale-in). Later shards keep their names.
+    pub fn remove_shard(&mut self, index: usize) {
+        for pod in &mut self.shards[index].pods {
+            pod.lose_volume();
+        }
+        self.shards.remove(index);
+    }
+
     /// (Re)starts the pika container of pod `ordinal` of shard `index` (killed first if it runs), with the
     /// environment the chart gives it now.
     ///

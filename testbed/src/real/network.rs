@@ -125,34 +125,14 @@ impl Network {
         SWEEP.call_once(sweep);
         std::fs::create_dir_all(LEASES).map_err(|e| format!("{LEASES}: {e}"))?;
         for n in 0..=255u8 {
-            if TAKEN.lock().unwrap_or_else(PoisonError::into_inner).contains(&n) {
-                continue;
-            }
-            let dir = Path::new(LEASES).join(n.to_string());
-            if std::fs::create_dir(&dir).is_err() {
-                let owner = std::fs::read_to_string(dir.join("owner")).ok().and_then(|s| s.trim().parse::<u32>().ok());
-                match owner {
-                    Some(pid) if alive(pid) => continue,
-                    // Being made by a run that has not written its owner yet, or left by a dead one.
-                    None if dir
-                        .metadata()
-                        .and_then(|m| m.modified())
-                        .is_ok_and(|t| t.elapsed().unwrap_or_default().as_secs() < 30) =>
-                    {
-                        continue
-                    }
-                    _ => {
-                        clean(n);
-                        if std::fs::create_dir(&dir).is_err() {
-                            continue;
-                        }
-                    }
-                }
-            }
             if !TAKEN.lock().unwrap_or_else(PoisonError::into_inner).insert(n) {
                 continue;
             }
-            std::fs::write(dir.join("owner"), std::process::id().to_string()).map_err(|e| e.to_string())?;
+            if !Self::claim(n) {
+                TAKEN.lock().unwrap_or_else(PoisonError::into_inner).remove(&n);
+                continue;
+            }
+            let dir = Path::new(LEASES).join(n.to_string());
             let network = Self { n, dir, namespaces: Mutex::new(BTreeSet::new()), hosts: Mutex::new(Vec::new()) };
             network.write_hosts()?;
             std::fs::write(network.dir.join("resolv.conf"), "").map_err(|e| e.to_string())?;
@@ -163,6 +143,30 @@ impl Network {
             return Ok(network);
         }
         Err("every 10.213.<n>.0/24 is leased by a running bed".to_owned())
+    }
+
+    /// Takes lease `n`: its directory is made whole (with its owner file) under a private name and renamed into
+    /// place, so a lease directory never lacks its owner. A lease whose owner no longer runs is cleaned and taken.
+    fn claim(n: u8) -> bool {
+        let dir = Path::new(LEASES).join(n.to_string());
+        let place = || {
+            let fresh = Path::new(LEASES).join(format!(".new-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&fresh);
+            let made = std::fs::create_dir(&fresh).is_ok()
+                && std::fs::write(fresh.join("owner"), std::process::id().to_string()).is_ok();
+            let placed = made && std::fs::rename(&fresh, &dir).is_ok();
+            let _ = std::fs::remove_dir_all(&fresh);
+            placed
+        };
+        if place() {
+            return true;
+        }
+        let owner = std::fs::read_to_string(dir.join("owner")).ok().and_then(|s| s.trim().parse::<u32>().ok());
+        if owner.is_some_and(alive) {
+            return false;
+        }
+        clean(n);
+        place()
     }
 
     fn bridge(&self) -> String {
@@ -205,7 +209,11 @@ impl Network {
         let addr = self.pod_addr(slot);
         let host_end = format!("pkb{}v{slot}", self.n);
         let pod_end = format!("pkb{}p{slot}", self.n);
-        self.namespaces.lock().unwrap_or_else(PoisonError::into_inner).insert(ns.clone());
+        // A pod made again (a replica scaled in, then out) keeps its namespace and address, as a StatefulSet pod
+        // keeps its name.
+        if !self.namespaces.lock().unwrap_or_else(PoisonError::into_inner).insert(ns.clone()) {
+            return Ok(PodNet { ns, addr });
+        }
         ip(&["netns", "add", &ns])?;
         ip(&["link", "add", &host_end, "type", "veth", "peer", "name", &pod_end])?;
         ip(&["link", "set", &host_end, "master", &self.bridge()])?;
@@ -241,7 +249,9 @@ impl Network {
         let hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut text = String::from("127.0.0.1\tlocalhost\n");
         for (name, addr) in hosts.iter() {
-            let _ = writeln!(text, "{addr}\t{name}");
+            // Rooted too (`<name>.`), as cluster DNS answers it: the product lists a split's alias under the rooted
+            // FQDN, and glibc's hosts lookup (the fork's Go binaries resolve through it) matches names literally.
+            let _ = writeln!(text, "{addr}\t{name} {name}.");
         }
         // In place (truncate and write), never a rename: a bind mount holds the inode.
         std::fs::write(self.hosts_file(), text).map_err(|e| format!("{}: {e}", self.hosts_file().display()))
@@ -292,6 +302,12 @@ mod tests {
         let a = network.add_pod(0).unwrap();
         let b = network.add_pod(1).unwrap();
         network.resolve("b.pod.test", b.addr).unwrap();
+        let rooted = network
+            .command(Some(&a.ns), Path::new("/usr/bin/getent"))
+            .args(["ahostsv4", "b.pod.test."])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&rooted.stdout).contains(&b.addr.to_string()), "{rooted:?}");
         let out = network
             .command(Some(&a.ns), Path::new("/bin/sh"))
             .args(["-c", "getent hosts b.pod.test; getent hosts unknown.pod.test; ip -4 -o addr show dev eth0"])
