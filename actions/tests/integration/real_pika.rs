@@ -427,3 +427,57 @@ fn a_replica_back_on_an_empty_volume_on_1_0() {
 fn a_replica_back_on_an_empty_volume_on_1_1() {
     scenario_empty_volume(Line::V1_1, false);
 }
+
+// ---- what the stand-in cannot show ----------------------------------------------------------------------------
+
+/// The same attack on a redis-server pair and on a real pika pair: a replica is promoted, takes writes the master
+/// never sees, and is pointed back at its master with a plain `SLAVEOF`. redis-server notices the other history
+/// (another replication ID) and resyncs in full; pika v4.0.1 checks only the binlog position, finds the replica
+/// ahead of its master, and leaves it in an error state with its link down and its stray writes kept, for good
+/// (pika.md §8). A product tested only on the stand-in would count such a replica converged; a bed that ran
+/// redis-server as pika again fails the pika half of this test.
+#[test]
+fn a_replica_pointed_back_after_diverging_resyncs_on_redis_server_and_stays_stuck_on_real_pika() {
+    use testbed::real::pika::ReplicaState;
+    use testbed::RedisServer;
+
+    let redis_master = RedisServer::start();
+    let redis_replica = RedisServer::start();
+    let port = redis_master.port().to_string();
+    let follow = |replica: &RedisServer| replica.command(&["SLAVEOF", "127.0.0.1", &port]);
+    assert!(follow(&redis_replica).contains("OK"));
+    let linked = || redis_replica.master().is_some_and(|(_, _, up)| up);
+    assert!(testbed::cluster::eventually(Duration::from_secs(10), linked), "redis replica never linked");
+    assert!(redis_master.command(&["SET", "shared", "1"]).contains("OK"));
+    assert!(redis_replica.command(&["SLAVEOF", "NO", "ONE"]).contains("OK"));
+    for n in 0..100 {
+        assert!(redis_replica.command(&["SET", &format!("stray:{n}"), "x"]).contains("OK"));
+    }
+    assert!(follow(&redis_replica).contains("OK"));
+    let resynced = || linked() && redis_replica.command(&["EXISTS", "stray:0"]).contains(":0");
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(15), resynced),
+        "redis-server did not resync the diverged replica: {}",
+        redis_replica.info_replication()
+    );
+
+    let bed = bed(1, 2, Line::V1_1, 0);
+    let (master, replica) = (bed.shards[0].pod(0), bed.shards[0].pod(1));
+    let state = || ReplicaState::of(&replica.info_replication());
+    let in_sync = || state().is_some_and(|s| s.link_up && s.db0 == "connected");
+    let pika_follow = || replica.command(&["SLAVEOF", &master.fqdn, "9221"]);
+    assert!(pika_follow().contains("OK"), "SLAVEOF refused");
+    assert!(testbed::cluster::eventually(Duration::from_secs(20), in_sync), "pika replica never synced: {:?}", state());
+    assert!(master.command(&["SET", "shared", "1"]).contains("OK"));
+    assert!(replica.command(&["SLAVEOF", "NO", "ONE"]).contains("OK"));
+    for n in 0..100 {
+        assert!(replica.command(&["SET", &format!("stray:{n}"), "x"]).contains("OK"));
+    }
+    assert!(pika_follow().contains("OK"), "SLAVEOF refused");
+    // It never gets back in sync: watched for 10 s (pika never retries from its error state).
+    let recovered = testbed::cluster::eventually(Duration::from_secs(10), in_sync);
+    let seen = state();
+    assert!(!recovered, "pika resynced the diverged replica by itself: {seen:?}");
+    assert!(seen.as_ref().is_some_and(|s| !s.link_up), "the link of a stuck replica is reported up: {seen:?}");
+    assert_eq!(replica.command(&["EXISTS", "stray:0"]), ":1", "the stray write went: a resync happened after all");
+}
