@@ -481,3 +481,235 @@ fn a_replica_pointed_back_after_diverging_resyncs_on_redis_server_and_stays_stuc
     assert!(seen.as_ref().is_some_and(|s| !s.link_up), "the link of a stuck replica is reported up: {seen:?}");
     assert_eq!(replica.command(&["EXISTS", "stray:0"]), ":1", "the stray write went: a resync happened after all");
 }
+
+// ---- through the KubeBlocks emulation, on the real servers ------------------------------------------------------
+//
+// The same operations as KubeBlocks runs them (`testbed::kubeblocks` with `real_servers`: its controllers, retries,
+// preconditions, role probes and API server, each action run by kbagent in its pod's network namespace), over real
+// pika pods, the fork's dashboard and proxy and real etcd. What the emulation does not model is listed in
+// `testbed/src/kubeblocks/mod.rs`; with real servers the codis-proxy preStop script is not run either.
+
+mod emulated {
+    use std::time::Duration;
+
+    use testbed::kubeblocks::{KubeBlocks, Line, Options};
+    use testbed::real::pika::ReplicaState;
+    use testbed::{Ledger, Workload, WorkloadOptions};
+
+    fn install(line: Line, name: &str) -> KubeBlocks {
+        let mut opts = Options::new(line, env!("CARGO_BIN_EXE_pika-action"));
+        opts.cluster = format!("{name}{}", if line == Line::V1_0 { "a" } else { "b" });
+        opts.real_servers = true;
+        KubeBlocks::install(opts).unwrap_or_else(|e| panic!("installing the addon chart: {e}"))
+    }
+
+    fn step(kb: &KubeBlocks, what: &str, result: Result<Duration, testbed::kubeblocks::Stuck>) {
+        if let Err(stuck) = result {
+            panic!("[KubeBlocks {}] {what}: {stuck}", kb.line().chart_value());
+        }
+    }
+
+    /// Every live shard a Codis group with exactly its pods; its master a pika master; every other pod in sync with
+    /// it (link up, db0 connected); no other group; every slot owned, none migrating, balanced.
+    fn assert_converged(kb: &KubeBlocks, shards: usize, replicas: usize) {
+        let line = kb.line().chart_value();
+        let dashboard = kb.dashboard().expect("codis-dashboard");
+        let settled = testbed::cluster::eventually(Duration::from_secs(30), || dashboard.topology().migrating == 0);
+        assert!(settled, "[{line}] slots still migrating: {:?}", dashboard.topology());
+        let topology = dashboard.topology();
+        let live: Vec<_> = kb.shards().into_iter().filter(|s| !s.deleting).collect();
+        assert_eq!(live.len(), shards, "[{line}] shards");
+        let mut gids = Vec::new();
+        for shard in &live {
+            assert_eq!(shard.pods.len(), replicas, "[{line}] pods of {}", shard.full);
+            let group = topology
+                .group_of(&shard.pods[0].server)
+                .unwrap_or_else(|| panic!("[{line}] {} is in no group: {topology:?}", shard.full));
+            let mut listed = group.servers.clone();
+            listed.sort();
+            let mut expected: Vec<String> = shard.pods.iter().map(|p| p.server.clone()).collect();
+            expected.sort();
+            assert_eq!(listed, expected, "[{line}] group {} lists exactly the pods of {}", group.id, shard.full);
+            gids.push(group.id);
+            let master = group.master().expect("a master");
+            let master_pod = shard.pods.iter().find(|p| p.server == master).expect("the master is a pod of the shard");
+            let master_pika = kb.pika(&master_pod.name).expect("the master's pika");
+            let (master_fqdn, master_ip) = {
+                let p = master_pika.lock().unwrap();
+                assert_eq!(p.role(), "master", "[{line}] {} is a pika master", master_pod.name);
+                (p.fqdn.clone(), p.net.addr.to_string())
+            };
+            for pod in shard.pods.iter().filter(|p| p.server != master) {
+                let pika = kb.pika(&pod.name).expect("a pika");
+                let mut last = None;
+                let in_sync = testbed::cluster::eventually(Duration::from_secs(30), || {
+                    last = ReplicaState::of(&pika.lock().unwrap().info_replication());
+                    last.as_ref().is_some_and(|r| {
+                        (r.master_host == master_fqdn || r.master_host == master_ip)
+                            && r.link_up
+                            && r.db0 == "connected"
+                    })
+                });
+                assert!(in_sync, "[{line}] {} is not in sync with {}: {last:?}", pod.name, master_pod.name);
+            }
+        }
+        assert_eq!(topology.groups.len(), shards, "[{line}] no group but the shards': {topology:?}");
+        let sizes: Vec<usize> = gids.iter().map(|&g| topology.slots_of(g)).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), topology.slots.len(), "[{line}] slots outside the groups: {sizes:?}");
+        let (max, min) = (sizes.iter().max().copied().unwrap_or(0), sizes.iter().min().copied().unwrap_or(0));
+        assert!(max - min <= 1, "[{line}] unbalanced: {sizes:?}");
+    }
+
+    /// Preloads keys and writes through the real proxy while `f` runs; every acknowledged key must read back.
+    fn writing_during(kb: &KubeBlocks, prefix: &str, f: impl FnOnce()) {
+        let proxy = kb.proxy_data_addrs().into_iter().next().expect("a codis-proxy");
+        let password = kb.password().expect("the cluster's password");
+        let keys: Vec<String> = (0..1000).map(|n| format!("{prefix}:pre:{n}")).collect();
+        let mut ledger = Ledger::write_keys_authed(&proxy, Some(&password), &keys).expect("preload");
+        assert_eq!(ledger.acked.len(), keys.len(), "preload: {:?}", ledger.errors);
+        let writer = Workload::start(WorkloadOptions {
+            prefix: prefix.to_owned(),
+            auth: Some(password.clone()),
+            pace: Duration::from_millis(2),
+            ..WorkloadOptions::through(std::slice::from_ref(&proxy))
+        });
+        f();
+        let during = writer.stop();
+        assert!(!during.acked.is_empty(), "no write acknowledged during the step: {:?}", during.errors);
+        ledger.merge(during);
+        let check = ledger.verify_through_authed(&proxy, Some(&password));
+        assert!(check.is_clean(), "[{}] acknowledged keys lost: {}", kb.line().chart_value(), check.summary());
+    }
+
+    fn created(line: Line, name: &str, shards: u32, replicas: u32) -> KubeBlocks {
+        let kb = install(line, name);
+        step(&kb, "create", kb.create_cluster(shards, replicas));
+        assert_converged(&kb, shards as usize, replicas as usize);
+        kb
+    }
+
+    fn create(line: Line, shards: u32) {
+        let kb = created(line, "rkc", shards, 2);
+        writing_during(&kb, "create", || std::thread::sleep(Duration::from_secs(1)));
+        step(&kb, "delete", kb.delete_cluster());
+    }
+
+    fn replicas(line: Line) {
+        let kb = created(line, "rkr", 2, 2);
+        writing_during(&kb, "replicas", || {
+            step(&kb, "replicas 2 to 3", kb.scale_replicas(3));
+            assert_converged(&kb, 2, 3);
+            step(&kb, "replicas 3 to 2", kb.scale_replicas(2));
+            assert_converged(&kb, 2, 2);
+        });
+        step(&kb, "delete", kb.delete_cluster());
+    }
+
+    fn switchover(line: Line) {
+        let kb = created(line, "rks", 2, 2);
+        let shard = kb.shards()[0].clone();
+        let dashboard = kb.dashboard().expect("dashboard");
+        let master = dashboard.topology().group_of(&shard.pods[0].server).and_then(|g| g.master().map(str::to_owned));
+        let current = shard.pods.iter().find(|p| Some(&p.server) == master.as_ref()).expect("master").name.clone();
+        let candidate = shard.pods.iter().find(|p| p.name != current).expect("a replica").name.clone();
+        writing_during(&kb, "switchover", || {
+            step(&kb, "switchover", kb.switchover(&shard.full, &current, &candidate));
+            assert_converged(&kb, 2, 2);
+        });
+        step(&kb, "delete", kb.delete_cluster());
+    }
+
+    fn rolling_restart(line: Line) {
+        let kb = created(line, "rkt", 2, 2);
+        writing_during(&kb, "restart", || {
+            step(&kb, "rolling restart", kb.rolling_restart());
+            assert_converged(&kb, 2, 2);
+        });
+        step(&kb, "delete", kb.delete_cluster());
+    }
+
+    fn scale_shards(line: Line, from: u32, to: u32) {
+        let kb = created(line, "rkh", from, 2);
+        writing_during(&kb, "scale", || {
+            step(&kb, "scale shards", kb.scale_shards(to));
+            assert_converged(&kb, to as usize, 2);
+        });
+        step(&kb, "delete", kb.delete_cluster());
+    }
+
+    #[test]
+    fn create_three_shards_on_1_0() {
+        create(Line::V1_0, 3);
+    }
+
+    #[test]
+    fn create_three_shards_on_1_1() {
+        create(Line::V1_1, 3);
+    }
+
+    #[test]
+    fn create_one_shard_on_1_0() {
+        create(Line::V1_0, 1);
+    }
+
+    #[test]
+    fn create_one_shard_on_1_1() {
+        create(Line::V1_1, 1);
+    }
+
+    #[test]
+    fn replicas_added_and_removed_on_1_0() {
+        replicas(Line::V1_0);
+    }
+
+    #[test]
+    fn replicas_added_and_removed_on_1_1() {
+        replicas(Line::V1_1);
+    }
+
+    #[test]
+    #[ignore = "real pika: the Switchover OpsRequest lost 7 acknowledged keys in 1 of 2 runs here (issue 33)"]
+    fn switchover_on_1_0() {
+        switchover(Line::V1_0);
+    }
+
+    #[test]
+    #[ignore = "real pika: a switchover loses acknowledged keys in some runs (issue 33; seen on the directly driven switchover)"]
+    fn switchover_on_1_1() {
+        switchover(Line::V1_1);
+    }
+
+    #[test]
+    #[ignore = "real pika: a rolling restart loses acknowledged keys in some runs (issue 33; seen on the directly driven restart)"]
+    fn rolling_restart_on_1_0() {
+        rolling_restart(Line::V1_0);
+    }
+
+    #[test]
+    #[ignore = "real pika: a rolling restart lost 1 to 3 acknowledged keys in 2 of 3 runs here (issue 33)"]
+    fn rolling_restart_on_1_1() {
+        rolling_restart(Line::V1_1);
+    }
+
+    #[test]
+    #[ignore = "real pika: in 1 of 3 runs the new shard's replica never synced from its new master after the split ('waiting for <pod 1> to sync from <pod 0>' for 120 s; issue 34)"]
+    fn scale_out_three_to_four_on_1_0() {
+        scale_shards(Line::V1_0, 3, 4);
+    }
+
+    #[test]
+    #[ignore = "real pika: never finishes: shardAdd exits 75 'waiting for <new pod 0> to sync from <donor master>' for as long as it is retried; pika logs 'replicationid on both sides of the connection are inconsistent' (issue 34)"]
+    fn scale_out_three_to_four_on_1_1() {
+        scale_shards(Line::V1_1, 3, 4);
+    }
+
+    #[test]
+    fn scale_in_four_to_three_on_1_0() {
+        scale_shards(Line::V1_0, 4, 3);
+    }
+
+    #[test]
+    fn scale_in_four_to_three_on_1_1() {
+        scale_shards(Line::V1_1, 4, 3);
+    }
+}

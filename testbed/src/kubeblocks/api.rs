@@ -56,7 +56,15 @@ impl std::fmt::Debug for ApiServer {
 impl ApiServer {
     /// Serves `backend` on a free loopback port.
     pub fn start(backend: Arc<dyn Backend>) -> std::io::Result<ApiServer> {
-        let listener = crate::process::bind_loopback()?;
+        Self::start_with(backend, crate::process::bind_loopback()?)
+    }
+
+    /// Serves `backend` on a free port of `host` (the real bed's node address, which its pods reach).
+    pub fn start_at(backend: Arc<dyn Backend>, host: std::net::Ipv4Addr) -> std::io::Result<ApiServer> {
+        Self::start_with(backend, std::net::TcpListener::bind((host, 0))?)
+    }
+
+    fn start_with(backend: Arc<dyn Backend>, listener: std::net::TcpListener) -> std::io::Result<ApiServer> {
         let url = format!("http://{}", listener.local_addr()?);
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));

@@ -50,7 +50,21 @@ use super::world::{
     World, POST_PROVISION_DONE, PRE_TERMINATE_DONE, SCALE_IN, SHARD_ADD_PENDING, SKIP_PRE_TERMINATE,
 };
 use super::Line;
+use crate::real::codis::{Dashboard, Proxy};
+use crate::real::network::Network;
+use crate::real::pika::PikaPod;
+use crate::real::Servers;
 use crate::{CodisDouble, DoubleOptions, EtcdServer, ProxyDouble, ProxyOptions, RedisServer};
+
+/// The real servers an emulation runs instead of the stand-ins: every pod a real pika in its own network namespace,
+/// started by the chart's own `pika-start.sh`; codis-dashboard and codis-proxy the fork's; actions and probes run
+/// in their pod's namespace, where names resolve as in the cluster (no address overrides).
+pub struct RealServers {
+    /// The bed's network (dropped last: it removes the namespaces and whatever still runs in them).
+    pub network: Network,
+    /// The installed servers.
+    pub servers: Servers,
+}
 
 /// What an emulation is set up with.
 #[derive(Debug, Clone)]
@@ -82,6 +96,10 @@ pub struct Backing {
     pub proxies: Vec<(String, ProxyDouble)>,
     /// The emulated cluster network: `<service>:<port>` → the address really serving it.
     pub services: BTreeMap<String, String>,
+    /// With real servers: the fork's dashboard.
+    pub dashboard: Option<Arc<Dashboard>>,
+    /// With real servers: the fork's proxies.
+    pub real_proxies: Vec<Proxy>,
 }
 
 /// The shared state of one emulation.
@@ -112,6 +130,12 @@ pub struct Inner {
     pub api_url: Mutex<String>,
     /// Every thread started.
     pub threads: Mutex<Vec<JoinHandle<()>>>,
+    /// With real servers: each pod's pika (by pod name), its volume surviving pod recreation.
+    pub pikas: Mutex<BTreeMap<String, Arc<Mutex<PikaPod>>>>,
+    /// Pod namespaces handed out (a pod keeps its own across recreations).
+    pub pod_slots: Mutex<BTreeMap<String, u8>>,
+    /// Real servers instead of stand-ins; declared last, so dropped after every process above.
+    pub real: Option<RealServers>,
 }
 
 /// The world, locked; reports holds long enough to stall the other controllers.
@@ -509,9 +533,14 @@ impl Inner {
                     .join(",");
             }
         }
-        let overrides =
-            lock(&self.servers).values().map(|(server, addr)| format!("{server}={addr}")).collect::<Vec<_>>().join(",");
-        env.insert("PIKA_ADDRESS_OVERRIDES".into(), overrides);
+        if self.real.is_none() {
+            let overrides = lock(&self.servers)
+                .values()
+                .map(|(server, addr)| format!("{server}={addr}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            env.insert("PIKA_ADDRESS_OVERRIDES".into(), overrides);
+        }
         env.insert("KUBE_API_URL".into(), lock(&self.api_url).clone());
         env
     }
@@ -551,7 +580,13 @@ impl Inner {
                 .unwrap_or_default();
             (p.agent_env.clone(), creds)
         };
-        let argv = self.argv(action)?;
+        let mut argv = self.argv(action)?;
+        if let Some(real) = &self.real {
+            // kbagent runs in the pod: its network namespace, names resolving as in the cluster.
+            let pika = lock(&self.pikas).get(pod).cloned();
+            let ns = pika.map(|p| lock(&p).net.ns.clone());
+            argv = real.network.jail(ns.as_deref()).into_iter().chain(argv).collect();
+        }
         let env = self.deliver(kbagent::process_env(params, &agent_env));
         let at = self.clock.now();
         self.log(&format!("run {name} on {pod}"));
@@ -1521,6 +1556,8 @@ impl Inner {
         if comp.deleting {
             let mut b = lock(&self.backing);
             if def.spec.service_kind.as_deref() == Some("codis-proxy") {
+                // With real servers the proxies stop (their preStop script is not run: what it does is not modelled).
+                b.real_proxies.clear();
                 // codis-proxy's preStop takes each proxy out of the dashboard before it stops.
                 let codis = b.codis.clone();
                 for (_, proxy) in b.proxies.drain(..) {
@@ -1542,11 +1579,51 @@ impl Inner {
         }
         match def.spec.service_kind.as_deref().unwrap_or_default() {
             "etcd" => {
-                let etcd = EtcdServer::start();
+                let etcd = match &self.real {
+                    Some(real) => EtcdServer::start_at(real.network.node()),
+                    None => EtcdServer::start(),
+                };
                 let mut b = lock(&self.backing);
                 let addr = etcd.endpoint();
                 service_names(&addr, &mut b.services);
                 b.etcd = Some(etcd);
+            }
+            "codis-dashboard" if self.real.is_some() => {
+                let real = self.real.as_ref().expect("real servers");
+                let password = comp.accounts.values().next().cloned().unwrap_or_default();
+                let etcd = lock(&self.backing).etcd.as_ref().map(EtcdServer::endpoint);
+                let Some(etcd) = etcd else { return Some(Next::Error("codis-dashboard before etcd".into())) };
+                let dashboard = match Dashboard::start(&real.network, &real.servers, &etcd, &cluster, &password) {
+                    Ok(d) => d,
+                    Err(e) => return Some(Next::Error(e)),
+                };
+                let mut b = lock(&self.backing);
+                service_names(dashboard.addr(), &mut b.services);
+                b.dashboard = Some(Arc::new(dashboard));
+            }
+            "codis-proxy" if self.real.is_some() => {
+                let real = self.real.as_ref().expect("real servers");
+                let password = {
+                    let w = self.w();
+                    w.components
+                        .values()
+                        .find(|c| c.short == "codis-dashboard")
+                        .and_then(|c| c.accounts.values().next().cloned())
+                        .unwrap_or_default()
+                };
+                let dashboard = lock(&self.backing).dashboard.clone();
+                let Some(dashboard) = dashboard else {
+                    return Some(Next::Error("codis-proxy before codis-dashboard".into()));
+                };
+                for i in 0..comp.replicas {
+                    let index = lock(&self.backing).real_proxies.len();
+                    let proxy =
+                        Proxy::start(&real.network, &real.servers, dashboard.addr(), &cluster, &password, index);
+                    match proxy {
+                        Ok(p) => lock(&self.backing).real_proxies.push(p),
+                        Err(e) => return Some(Next::Error(format!("codis-proxy {}-{i}: {e}", comp.full))),
+                    }
+                }
             }
             "codis-dashboard" => {
                 let password = comp.accounts.values().next().cloned();
@@ -1795,6 +1872,58 @@ impl Inner {
         let port =
             self.server_container(def).and_then(|(c, _)| c.ports.first().map(|p| p.container_port)).unwrap_or(9221);
         let fqdn = vars::pod_fqdn(&ns, &comp.full, &name, &self.settings.cluster_domain);
+        if let Some(real) = &self.real {
+            let pika = {
+                let existing = lock(&self.pikas).get(&name).cloned();
+                match existing {
+                    Some(p) => p,
+                    None => {
+                        let slot = {
+                            let mut slots = lock(&self.pod_slots);
+                            let next = u8::try_from(slots.len()).unwrap_or(u8::MAX);
+                            *slots.entry(name.clone()).or_insert(next)
+                        };
+                        let net = match real.network.add_pod(slot) {
+                            Ok(net) => net,
+                            Err(e) => {
+                                self.warn(&format!("Pod/{name}"), &e);
+                                return;
+                            }
+                        };
+                        if let Err(e) = real.network.resolve(&fqdn, net.addr) {
+                            self.warn(&format!("Pod/{name}"), &e);
+                            return;
+                        }
+                        let dir = real.network.dir().join("pods").join(&name);
+                        let p =
+                            Arc::new(Mutex::new(PikaPod::new(name.clone(), fqdn.clone(), ordinal, net, dir, password)));
+                        lock(&self.pikas).insert(name.clone(), Arc::clone(&p));
+                        p
+                    }
+                }
+            };
+            let (server, addr) = {
+                let p = lock(&pika);
+                (p.server(), p.addr())
+            };
+            lock(&self.servers).insert(name.clone(), (server, addr));
+            let incarnation = pod.incarnation;
+            {
+                let mut w = self.w();
+                w.pods.insert(name.clone(), pod);
+                w.touch(&Key::InstanceSet(comp.full.clone()));
+                w.touch(&Key::Component(comp.full.clone()));
+            }
+            self.log(&format!("pod {name} created"));
+            let inner = Arc::clone(self);
+            let def = def.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("kbemu-pod-{name}"))
+                .spawn(move || inner.run_real_pod(&name, incarnation, &def, &pika))
+                .expect("spawn pod");
+            lock(&self.threads).push(handle);
+            return;
+        }
         let existing = lock(&self.volumes).get(&name).cloned();
         let volume = match existing {
             Some(v) => v,
@@ -1908,6 +2037,64 @@ impl Inner {
             return;
         }
         lock(volume).restart();
+        self.mark_ready(name, incarnation, &comp);
+        let port = lock(volume).port();
+        self.probe_roles(name, incarnation, def, &comp, &[], Some(port));
+    }
+
+    /// A pod's life with a real pika: the pika container (the chart's `pika-start.sh`, which runs `rejoin` and
+    /// execs pika), restarted with a growing back-off while it fails, then role probes in the pod's namespace.
+    fn run_real_pod(
+        self: &Arc<Self>,
+        name: &str,
+        incarnation: u64,
+        def: &ComponentDefinition,
+        pika: &Arc<Mutex<PikaPod>>,
+    ) {
+        let Some(real) = &self.real else { return };
+        let comp = self.w().pods.get(name).map(|p| p.comp.clone()).unwrap_or_default();
+        let mut crash_delay = Duration::from_secs(10);
+        loop {
+            if !self.pod_alive(name, incarnation) {
+                return;
+            }
+            let env = self.w().pods.get(name).map(|p| p.container_env.clone()).unwrap_or_default();
+            let env = self.deliver(env);
+            let at = self.clock.now();
+            let started = Instant::now();
+            let result = lock(pika).start(&real.network, &real.servers, &self.settings.binary, &env);
+            self.w().actions.push(ActionRecord {
+                at,
+                action: "container:pika:pika-start.sh".to_owned(),
+                component: comp.clone(),
+                pod: name.to_owned(),
+                argv: vec!["/bin/sh".into(), "/scripts/pika-start.sh".into()],
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), if k.contains("PASSWORD") { "<redacted>".into() } else { v.clone() }))
+                    .collect(),
+                code: Some(i32::from(result.is_err())),
+                result: result.clone(),
+                stdout: String::new(),
+                stderr: result.clone().err().unwrap_or_default(),
+                elapsed: started.elapsed(),
+            });
+            let Err(e) = result else { break };
+            self.log(&format!("pod {name}: {e}; CrashLoopBackOff {crash_delay:?}"));
+            self.warn(&format!("Pod/{name}"), &e);
+            self.sleep(crash_delay);
+            crash_delay = (crash_delay * 2).min(Duration::from_secs(300));
+        }
+        if !self.pod_alive(name, incarnation) {
+            lock(pika).kill();
+            return;
+        }
+        self.mark_ready(name, incarnation, &comp);
+        let ns = lock(pika).net.ns.clone();
+        self.probe_roles(name, incarnation, def, &comp, &real.network.jail(Some(&ns)), None);
+    }
+
+    fn mark_ready(&self, name: &str, incarnation: u64, comp: &str) {
         {
             let mut w = self.w();
             let now = self.clock.now();
@@ -1915,22 +2102,36 @@ impl Inner {
                 p.ready = true;
                 p.ready_since = Some(now);
             }
-            w.touch(&Key::InstanceSet(comp.clone()));
-            w.touch(&Key::Component(comp.clone()));
+            w.touch(&Key::InstanceSet(comp.to_owned()));
+            w.touch(&Key::Component(comp.to_owned()));
         }
         self.notify();
         self.log(&format!("pod {name} ready"));
-        // Role probes.
+    }
+
+    /// Role probes every period while the pod lives: `prefix` goes before the probe's argv (the real bed's jail
+    /// of the pod), `port` replaces PIKA_PORT (a stand-in's loopback port).
+    fn probe_roles(
+        &self,
+        name: &str,
+        incarnation: u64,
+        def: &ComponentDefinition,
+        comp: &str,
+        prefix: &[String],
+        port: Option<u16>,
+    ) {
         let Some(probe) = def.actions().role_probe else { return };
         let period = Duration::from_secs(u64::try_from(probe.period_seconds.unwrap_or(60).max(1)).unwrap_or(60));
         let timeout = Duration::from_secs(u64::try_from(probe.timeout_seconds.unwrap_or(1).max(1)).unwrap_or(1));
         let roles: Vec<(String, i32)> = def.spec.roles.iter().map(|r| (r.name.clone(), r.update_priority)).collect();
         let Ok(argv) = self.argv(&probe) else { return };
-        let port = lock(volume).port();
+        let argv: Vec<String> = prefix.iter().cloned().chain(argv).collect();
         while self.pod_alive(name, incarnation) {
             let mut env = self.w().pods.get(name).map(|p| p.agent_env.clone()).unwrap_or_default();
-            // In the pod, 127.0.0.1:<PIKA_PORT> is its own server.
-            env.insert("PIKA_PORT".into(), port.to_string());
+            if let Some(port) = port {
+                // In the pod, 127.0.0.1:<PIKA_PORT> is its own server.
+                env.insert("PIKA_PORT".into(), port.to_string());
+            }
             let out = kbagent::run(&argv, &self.deliver(env), Some(timeout), Some(&self.stop));
             let effect = instanceset::probe_effect(self.settings.line, out.result.is_ok(), &out.stdout, &roles);
             let changed = {
@@ -1945,8 +2146,8 @@ impl Inner {
                     (p.role != before).then(|| (before, p.role.clone()))
                 });
                 if change.is_some() {
-                    w.touch(&Key::InstanceSet(comp.clone()));
-                    w.touch(&Key::Component(comp.clone()));
+                    w.touch(&Key::InstanceSet(comp.to_owned()));
+                    w.touch(&Key::Component(comp.to_owned()));
                 }
                 change
             };
@@ -1967,6 +2168,15 @@ impl Inner {
             w.touch(&Key::Component(p.comp.clone()));
             (p.comp, p.container_env.get("PIKA_PASSWORD").cloned())
         };
+        let pika = if drop_volume { lock(&self.pikas).remove(name) } else { lock(&self.pikas).get(name).cloned() };
+        if let Some(p) = pika {
+            let mut p = lock(&p);
+            if drop_volume {
+                p.lose_volume();
+            } else {
+                p.kill();
+            }
+        }
         let volume =
             if drop_volume { lock(&self.volumes).remove(name) } else { lock(&self.volumes).get(name).cloned() };
         if let Some(v) = volume {

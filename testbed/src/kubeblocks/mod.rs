@@ -33,6 +33,14 @@
 //!   the loopback address of the stand-in serving it;
 //! - the **API server** is a minimal plain-HTTP one ([`api`]) at `KUBE_API_URL` (a test-only variable).
 //!
+//! With [`Options::real_servers`] the stand-ins give way to the servers the addon ships ([`crate::real`]): each pod
+//! is a real pika v4.0.1 in its own network namespace (a volume directory kept across recreations; the pika
+//! container is the chart's `pika-start.sh`, which runs `rejoin` and execs pika, restarted with CrashLoopBackOff
+//! while it fails), etcd listens on the bed's node address, codis-dashboard and codis-proxy are the fork's, and
+//! every action and role probe runs in its pod's namespace (kbagent's place) with the cluster's names resolving and
+//! no `PIKA_ADDRESS_OVERRIDES`; the API server listens on the node address. Not modelled there: codis-proxy's
+//! preStop script (a deleted proxy is stopped, not removed from the dashboard first), codis-fe.
+//!
 //! Time: controller waits run [`retry::TIME_SCALE`] times faster than real time; actions run at real speed (see
 //! [`retry`]). Operations wait for their end state up to a real-time deadline, a hang detector, and then fail with
 //! a diagnosis of what is stuck ([`Stuck`]).
@@ -120,6 +128,10 @@ pub struct Options {
     pub time_scale: u32,
     /// Print what happens to stderr (`KBEMU_VERBOSE=1`).
     pub verbose: bool,
+    /// Run the real servers the addon ships instead of the stand-ins ([`crate::real`]): pika v4.0.1 pods in their
+    /// own network namespaces started by the chart's `pika-start.sh`, the fork's dashboard and proxies; actions and
+    /// probes run in their pod's namespace with no address override.
+    pub real_servers: bool,
 }
 
 /// The deadline of an operation unless set otherwise (real time): a hang detector, generous on a loaded machine.
@@ -149,6 +161,7 @@ impl Options {
                 .filter(|s| *s > 0)
                 .unwrap_or(retry::TIME_SCALE),
             verbose: std::env::var("KBEMU_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0"),
+            real_servers: false,
         }
     }
 }
@@ -269,8 +282,24 @@ impl KubeBlocks {
             next_suffixes: Mutex::new(Vec::new()),
             api_url: Mutex::new(String::new()),
             threads: Mutex::new(Vec::new()),
+            pikas: Mutex::new(BTreeMap::new()),
+            pod_slots: Mutex::new(BTreeMap::new()),
+            real: if opts.real_servers {
+                Some(controller::RealServers {
+                    servers: crate::real::Servers::installed(),
+                    network: crate::real::network::Network::lease()?,
+                })
+            } else {
+                None
+            },
         });
-        let api = api::ApiServer::start(Arc::new(ApiView(Arc::downgrade(&inner)))).map_err(|e| e.to_string())?;
+        let view = Arc::new(ApiView(Arc::downgrade(&inner)));
+        let api = match &inner.real {
+            // Pods reach it from their own namespaces, at the node address.
+            Some(real) => api::ApiServer::start_at(view, real.network.node()),
+            None => api::ApiServer::start(view),
+        }
+        .map_err(|e| e.to_string())?;
         *lock(&inner.api_url) = api.url().to_owned();
         Ok(KubeBlocks { inner, api, opts })
     }
@@ -565,9 +594,26 @@ impl KubeBlocks {
         lock(&self.inner.backing).codis.clone()
     }
 
-    /// The data ports of the codis-proxy stand-ins (where clients write), once codis-proxy exists.
+    /// The data ports of the codis-proxy stand-ins, or of the real proxies (where clients write), once codis-proxy
+    /// exists.
     pub fn proxy_data_addrs(&self) -> Vec<String> {
-        lock(&self.inner.backing).proxies.iter().map(|(_, p)| p.data_addr()).collect()
+        let backing = lock(&self.inner.backing);
+        backing
+            .proxies
+            .iter()
+            .map(|(_, p)| p.data_addr())
+            .chain(backing.real_proxies.iter().map(|p| p.data_addr().to_owned()))
+            .collect()
+    }
+
+    /// With real servers: the fork's dashboard, once codis-dashboard exists.
+    pub fn dashboard(&self) -> Option<Arc<crate::real::codis::Dashboard>> {
+        lock(&self.inner.backing).dashboard.clone()
+    }
+
+    /// With real servers: the pika of a pod (its volume), if it has one.
+    pub fn pika(&self, pod: &str) -> Option<Arc<Mutex<crate::real::pika::PikaPod>>> {
+        lock(&self.inner.pikas).get(pod).cloned()
     }
 
     /// The etcd endpoint, once etcd exists.
@@ -701,8 +747,11 @@ impl Drop for KubeBlocks {
             let _ = t.join();
         }
         lock(&self.inner.volumes).clear();
+        lock(&self.inner.pikas).clear();
         let mut backing = lock(&self.inner.backing);
         backing.proxies.clear();
+        backing.real_proxies.clear();
+        backing.dashboard = None;
         backing.codis = None;
         backing.etcd = None;
     }

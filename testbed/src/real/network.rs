@@ -262,18 +262,35 @@ impl Network {
     /// child's pid is the program's.
     #[must_use]
     pub fn command(&self, ns: Option<&str>, program: &Path) -> Command {
-        let mut cmd = Command::new("/usr/bin/unshare");
+        let prefix = self.jail(ns);
+        let mut cmd = Command::new(&prefix[0]);
+        cmd.args(&prefix[1..]).arg(program).stdin(Stdio::null());
+        cmd
+    }
+
+    /// What [`Network::command`] puts before the program: for callers that build their own argv.
+    #[must_use]
+    pub fn jail(&self, ns: Option<&str>) -> Vec<String> {
         // An empty resolv.conf as well: a name the bed does not know fails at once (no nameserver answers on the
         // pods' loopback) instead of waiting for DNS servers the pods cannot reach.
-        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
-            .arg(r#"mount --bind "$0/hosts" /etc/hosts && mount --bind "$0/resolv.conf" /etc/resolv.conf && exec "$@""#)
-            .arg(&self.dir);
+        let mut argv: Vec<String> = [
+            "/usr/bin/unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            r#"/usr/bin/mount --bind "$0/hosts" /etc/hosts && /usr/bin/mount --bind "$0/resolv.conf" /etc/resolv.conf && exec "$@""#,
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        argv.push(self.dir.display().to_string());
         if let Some(ns) = ns {
-            cmd.arg("/usr/bin/nsenter").arg(format!("--net=/var/run/netns/{ns}")).arg("--");
+            argv.extend(["/usr/bin/nsenter".to_owned(), format!("--net=/var/run/netns/{ns}"), "--".to_owned()]);
         }
-        cmd.arg(program);
-        cmd.stdin(Stdio::null());
-        cmd
+        argv
     }
 
     /// Records a process the bed started, so that a killed run's next bed can stop it.
