@@ -2160,14 +2160,17 @@ impl Inner {
     }
 
     /// Deletes a pod: its server stops; `drop_volume` also drops its data (scale-in, deletion).
-    fn delete_pod(&self, name: &str, drop_volume: bool) {
-        let (comp, password) = {
-            let mut w = self.w();
-            let Some(p) = w.pods.remove(name) else { return };
-            w.touch(&Key::InstanceSet(p.comp.clone()));
-            w.touch(&Key::Component(p.comp.clone()));
-            (p.comp, p.container_env.get("PIKA_PASSWORD").cloned())
+    pub(crate) fn delete_pod(&self, name: &str, drop_volume: bool) {
+        let password = {
+            let w = self.w();
+            let Some(p) = w.pods.get(name) else { return };
+            p.container_env.get("PIKA_PASSWORD").cloned()
         };
+        // The pod's servers stop (and a dropped volume goes) before the pod leaves the world: its InstanceSet may
+        // recreate it at once, and the new pod must find neither the old process nor, when dropped, its data.
+        if drop_volume {
+            lock(&self.servers).remove(name);
+        }
         let pika = if drop_volume { lock(&self.pikas).remove(name) } else { lock(&self.pikas).get(name).cloned() };
         if let Some(p) = pika {
             let mut p = lock(&p);
@@ -2187,9 +2190,13 @@ impl Inner {
             }
             server.kill();
         }
-        if drop_volume {
-            lock(&self.servers).remove(name);
-        }
+        let comp = {
+            let mut w = self.w();
+            let Some(p) = w.pods.remove(name) else { return };
+            w.touch(&Key::InstanceSet(p.comp.clone()));
+            w.touch(&Key::Component(p.comp.clone()));
+            p.comp
+        };
         self.log(&format!("pod {name} of {comp} deleted"));
         self.notify();
     }

@@ -473,6 +473,22 @@ impl KubeBlocks {
         .map(|d| d + started.elapsed())
     }
 
+    /// A pod lost with its volume (its node and PVC gone): deleted at once, with no action run (a failed node runs
+    /// none), its data dropped; the InstanceSet controller recreates it on an empty volume. Waits until it is ready
+    /// and labelled with a role again.
+    pub fn lose_pod_volume(&self, pod: &str) -> Result<Duration, Stuck> {
+        let started = Instant::now();
+        if !self.inner.w().pods.contains_key(pod) {
+            return Err(self.stuck(&format!("pod {pod} lost"), Duration::ZERO, "no such pod"));
+        }
+        self.inner.delete_pod(pod, true);
+        let pod = pod.to_owned();
+        self.wait_for(&format!("{pod} back on an empty volume"), self.opts.deadline, move |w| {
+            w.pods.get(&pod).is_some_and(|p| p.ready && p.role.is_some())
+        })
+        .map(|d| d + started.elapsed())
+    }
+
     /// Deletes the cluster and waits until it is gone.
     pub fn delete_cluster(&self) -> Result<Duration, Stuck> {
         {

@@ -83,6 +83,12 @@ fn clean(n: u8) {
             }
         }
     }
+    clean_network(n);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Removes lease `n`'s namespaces (and what still runs in them) and links.
+fn clean_network(n: u8) {
     let prefix = format!("pkb{n}-");
     for line in ip_output(&["netns", "list"]).lines() {
         let Some(ns) = line.split_whitespace().next() else { continue };
@@ -101,10 +107,24 @@ fn clean(n: u8) {
             let _ = ip(&["link", "del", name]);
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Cleans every lease whose owner no longer runs: what killed runs left behind.
+/// Every lease operation of every run (taking, cleaning, sweeping) holds this lock: a cleaner racing another
+/// cleaner, or a lease taken while a cleaner still removes the last owner's links, would remove a live bed.
+fn leases_locked() -> Result<std::fs::File, String> {
+    std::fs::create_dir_all(LEASES).map_err(|e| format!("{LEASES}: {e}"))?;
+    let path = Path::new(LEASES).join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.lock().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(file)
+}
+
+/// Cleans every lease whose owner no longer runs: what killed runs left behind. Under [`leases_locked`].
 fn sweep() {
     let Ok(entries) = std::fs::read_dir(LEASES) else { return };
     for entry in entries.flatten() {
@@ -122,8 +142,8 @@ impl Network {
     /// # Errors
     /// When no /24 is free or the bridge cannot be made (not root, no iproute2).
     pub fn lease() -> Result<Self, String> {
+        let _locked = leases_locked()?;
         SWEEP.call_once(sweep);
-        std::fs::create_dir_all(LEASES).map_err(|e| format!("{LEASES}: {e}"))?;
         for n in 0..=255u8 {
             if !TAKEN.lock().unwrap_or_else(PoisonError::into_inner).insert(n) {
                 continue;
@@ -132,6 +152,8 @@ impl Network {
                 TAKEN.lock().unwrap_or_else(PoisonError::into_inner).remove(&n);
                 continue;
             }
+            // Links or namespaces a lost cleaner left under this number are nobody's now.
+            clean_network(n);
             let dir = Path::new(LEASES).join(n.to_string());
             let network = Self { n, dir, namespaces: Mutex::new(BTreeSet::new()), hosts: Mutex::new(Vec::new()) };
             network.write_hosts()?;
@@ -145,8 +167,9 @@ impl Network {
         Err("every 10.213.<n>.0/24 is leased by a running bed".to_owned())
     }
 
-    /// Takes lease `n`: its directory is made whole (with its owner file) under a private name and renamed into
-    /// place, so a lease directory never lacks its owner. A lease whose owner no longer runs is cleaned and taken.
+    /// Takes lease `n` (under [`leases_locked`]): its directory is made whole (with its owner file) under a private
+    /// name and renamed into place, so a lease directory never lacks its owner. A lease whose owner no longer runs is
+    /// cleaned and taken.
     fn claim(n: u8) -> bool {
         let dir = Path::new(LEASES).join(n.to_string());
         let place = || {
@@ -304,6 +327,7 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
+        let _locked = leases_locked();
         clean(self.n);
         TAKEN.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.n);
     }
