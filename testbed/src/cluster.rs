@@ -216,17 +216,25 @@ impl ClusterFixture {
 
     /// The 1.0.x legacy component list variables, for every shard plus the other components.
     pub fn legacy_env(&self, deleting: &[usize]) -> BTreeMap<String, String> {
-        let mut all = vec!["etcd".to_owned(), "codis-dashboard".to_owned()];
-        all.extend(self.shards.iter().map(|s| s.short.clone()));
-        all.extend(["codis-proxy".to_owned(), "codis-fe".to_owned()]);
-        let deleting: Vec<String> = deleting.iter().map(|&i| self.shards[i].short.clone()).collect();
-        let undeleted: Vec<String> = all.iter().filter(|c| !deleting.contains(c)).cloned().collect();
-        BTreeMap::from([
-            ("KB_CLUSTER_COMPONENT_LIST".to_owned(), all.join(",")),
-            ("KB_CLUSTER_COMPONENT_DELETING_LIST".to_owned(), deleting.join(",")),
-            ("KB_CLUSTER_COMPONENT_UNDELETED_LIST".to_owned(), undeleted.join(",")),
-        ])
+        let shards: Vec<&str> = self.shards.iter().map(|s| s.short.as_str()).collect();
+        let deleting: Vec<&str> = deleting.iter().map(|&i| self.shards[i].short.as_str()).collect();
+        legacy_component_lists(&shards, &deleting)
     }
+}
+
+/// The 1.0.x legacy component list variables of a cluster whose shards (short names) are `shards`, `deleting`
+/// among them being deleted, beside the chart's other components.
+#[must_use]
+pub fn legacy_component_lists(shards: &[&str], deleting: &[&str]) -> BTreeMap<String, String> {
+    let mut all = vec!["etcd", "codis-dashboard"];
+    all.extend_from_slice(shards);
+    all.extend(["codis-proxy", "codis-fe"]);
+    let undeleted: Vec<&str> = all.iter().copied().filter(|c| !deleting.contains(c)).collect();
+    BTreeMap::from([
+        ("KB_CLUSTER_COMPONENT_LIST".to_owned(), all.join(",")),
+        ("KB_CLUSTER_COMPONENT_DELETING_LIST".to_owned(), deleting.join(",")),
+        ("KB_CLUSTER_COMPONENT_UNDELETED_LIST".to_owned(), undeleted.join(",")),
+    ])
 }
 
 fn shard_id(n: usize) -> String {

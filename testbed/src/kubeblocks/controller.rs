@@ -1907,21 +1907,10 @@ impl Inner {
                 (p.server(), p.addr())
             };
             lock(&self.servers).insert(name.clone(), (server, addr));
-            let incarnation = pod.incarnation;
-            {
-                let mut w = self.w();
-                w.pods.insert(name.clone(), pod);
-                w.touch(&Key::InstanceSet(comp.full.clone()));
-                w.touch(&Key::Component(comp.full.clone()));
-            }
-            self.log(&format!("pod {name} created"));
-            let inner = Arc::clone(self);
             let def = def.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("kbemu-pod-{name}"))
-                .spawn(move || inner.run_real_pod(&name, incarnation, &def, &pika))
-                .expect("spawn pod");
-            lock(&self.threads).push(handle);
+            self.spawn_pod(pod, &comp.full, move |inner, name, incarnation| {
+                inner.run_real_pod(name, incarnation, &def, &pika);
+            });
             return;
         }
         let existing = lock(&self.volumes).get(&name).cloned();
@@ -1948,19 +1937,27 @@ impl Inner {
                 proxy.set_override(&server, &real);
             }
         }
-        let incarnation = pod.incarnation;
+        let def = def.clone();
+        self.spawn_pod(pod, &comp.full, move |inner, name, incarnation| {
+            inner.run_pod(name, incarnation, &def, &volume);
+        });
+    }
+
+    /// Puts `pod` of component `comp` into the world and runs its life (`life(inner, name, incarnation)`) on a
+    /// thread of its own.
+    fn spawn_pod(self: &Arc<Self>, pod: PodObj, comp: &str, life: impl FnOnce(&Arc<Self>, &str, u64) + Send + 'static) {
+        let (name, incarnation) = (pod.name.clone(), pod.incarnation);
         {
             let mut w = self.w();
             w.pods.insert(name.clone(), pod);
-            w.touch(&Key::InstanceSet(comp.full.clone()));
-            w.touch(&Key::Component(comp.full.clone()));
+            w.touch(&Key::InstanceSet(comp.to_owned()));
+            w.touch(&Key::Component(comp.to_owned()));
         }
         self.log(&format!("pod {name} created"));
         let inner = Arc::clone(self);
-        let def = def.clone();
         let handle = std::thread::Builder::new()
             .name(format!("kbemu-pod-{name}"))
-            .spawn(move || inner.run_pod(&name, incarnation, &def, &volume))
+            .spawn(move || life(&inner, &name, incarnation))
             .expect("spawn pod");
         lock(&self.threads).push(handle);
     }
@@ -2009,12 +2006,7 @@ impl Inner {
                         component: comp.clone(),
                         pod: name.to_owned(),
                         argv: vec!["pika-action".into(), sub.clone()],
-                        env: env
-                            .iter()
-                            .map(|(k, v)| {
-                                (k.clone(), if k.contains("PASSWORD") { "<redacted>".into() } else { v.clone() })
-                            })
-                            .collect(),
+                        env: redacted(&env),
                         code: out.code,
                         result: result.clone(),
                         stdout: out.stdout,
@@ -2069,10 +2061,7 @@ impl Inner {
                 component: comp.clone(),
                 pod: name.to_owned(),
                 argv: vec!["/bin/sh".into(), "/scripts/pika-start.sh".into()],
-                env: env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), if k.contains("PASSWORD") { "<redacted>".into() } else { v.clone() }))
-                    .collect(),
+                env: redacted(&env),
                 code: Some(i32::from(result.is_err())),
                 result: result.clone(),
                 stdout: String::new(),
@@ -2200,6 +2189,11 @@ impl Inner {
         self.log(&format!("pod {name} of {comp} deleted"));
         self.notify();
     }
+}
+
+/// A container's environment as an action record keeps it: passwords redacted.
+fn redacted(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    env.iter().map(|(k, v)| (k.clone(), if k.contains("PASSWORD") { "<redacted>".into() } else { v.clone() })).collect()
 }
 
 /// One command to a local server over RESP, `None` when it does not answer (never panics).

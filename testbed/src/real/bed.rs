@@ -16,12 +16,11 @@ use super::network::Network;
 use super::pika::{PikaPod, ReplicaState, PIKA_PORT};
 use super::Servers;
 use crate::cluster::eventually;
-use crate::process::{info_field, EtcdServer};
+use crate::process::EtcdServer;
 
 /// The namespace of every real-bed cluster.
 pub const NAMESPACE: &str = "ns-rp";
-/// Shards and ordinals a bed can have: every name it may create resolves from the start (Go's resolver, in the
-/// dashboard and proxy, re-reads a changed hosts file only every 5 s).
+/// Shards and ordinals a bed has room for: pod `o` of shard `s` gets namespace slot `s * MAX_ORDINALS + o`.
 const MAX_SHARDS: usize = 24;
 const MAX_ORDINALS: u32 = 8;
 
@@ -135,14 +134,6 @@ impl RealBed {
         let servers = Servers::installed();
         let network = Network::lease().unwrap_or_else(|e| panic!("real bed network: {e}"));
         let name = format!("rp{}{}", std::process::id() % 1000, BEDS.fetch_add(1, Ordering::SeqCst));
-        for s in 0..MAX_SHARDS {
-            let full = format!("{name}-pk-{}", shard_id(s));
-            for o in 0..MAX_ORDINALS {
-                let slot = u8::try_from(s * MAX_ORDINALS as usize + o as usize).expect("slot within the /24");
-                let fqdn = format!("{full}-{o}.{full}-headless.{NAMESPACE}.svc.cluster.local");
-                network.resolve(&fqdn, network.pod_addr(slot)).unwrap_or_else(|e| panic!("{e}"));
-            }
-        }
         let password = format!("bed-secret-{name}");
         let etcd = EtcdServer::start_at(network.node());
         let dashboard =
@@ -216,6 +207,8 @@ impl RealBed {
         let name = format!("{}-{ordinal}", shard.full);
         let fqdn = format!("{name}.{}-headless.{NAMESPACE}.svc.cluster.local", shard.full);
         let net = self.network.add_pod(slot).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The fork's binaries and pika resolve through glibc, which reads the hosts file at every lookup.
+        self.network.resolve(&fqdn, net.addr).unwrap_or_else(|e| panic!("{e}"));
         let dir = self.network.dir().join("pods").join(&name);
         let pod = PikaPod::new(name, fqdn, ordinal, net, dir, Some(self.password.clone()));
         self.shards[index].pods.push(pod);
@@ -294,16 +287,9 @@ impl RealBed {
     /// The 1.0.x legacy component list variables, with the shards at `deleting` being deleted.
     #[must_use]
     pub fn legacy_env(&self, deleting: &[usize]) -> BTreeMap<String, String> {
-        let mut all = vec!["etcd".to_owned(), "codis-dashboard".to_owned()];
-        all.extend(self.shards.iter().map(|s| s.short.clone()));
-        all.extend(["codis-proxy".to_owned(), "codis-fe".to_owned()]);
-        let deleting: Vec<String> = deleting.iter().map(|&i| self.shards[i].short.clone()).collect();
-        let undeleted: Vec<String> = all.iter().filter(|c| !deleting.contains(c)).cloned().collect();
-        BTreeMap::from([
-            ("KB_CLUSTER_COMPONENT_LIST".to_owned(), all.join(",")),
-            ("KB_CLUSTER_COMPONENT_DELETING_LIST".to_owned(), deleting.join(",")),
-            ("KB_CLUSTER_COMPONENT_UNDELETED_LIST".to_owned(), undeleted.join(",")),
-        ])
+        let shards: Vec<&str> = self.shards.iter().map(|s| s.short.as_str()).collect();
+        let deleting: Vec<&str> = deleting.iter().map(|&i| self.shards[i].short.as_str()).collect();
+        crate::cluster::legacy_component_lists(&shards, &deleting)
     }
 
     /// Runs `pika-action <args>` as kbagent does (no shell, working directory `/`, exactly `env` plus PATH), with
@@ -377,15 +363,5 @@ impl RealBed {
     pub fn missing_on(&self, index: usize, ordinal: u32, keys: &[String]) -> Vec<String> {
         let mut conn = self.shards[index].pod(ordinal).connect();
         keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&format!("v-{k}"))).cloned().collect()
-    }
-
-    /// `role:` of every pod of shard `index`, by ordinal.
-    #[must_use]
-    pub fn roles(&self, index: usize) -> Vec<(u32, String)> {
-        self.shards[index]
-            .pods
-            .iter()
-            .map(|p| (p.ordinal, info_field(&p.info_replication(), "role").unwrap_or_default()))
-            .collect()
     }
 }

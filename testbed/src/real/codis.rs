@@ -135,7 +135,7 @@ impl Dashboard {
     pub fn topology(&self) -> Topology {
         let mut last = String::new();
         for attempt in 0..20u64 {
-            match http_get(&self.addr, "/topom").map_err(|e| e.clone()).and_then(|body| Topology::parse(&body)) {
+            match http_get(&self.addr, "/topom").and_then(|body| Topology::parse(&body)) {
                 Ok(t) => return t,
                 Err(e) => last = e,
             }
@@ -246,8 +246,6 @@ pub struct Group {
     pub id: u32,
     /// Its servers in Codis' order: the master first.
     pub servers: Vec<String>,
-    /// `out_of_sync`.
-    pub out_of_sync: bool,
 }
 
 impl Group {
@@ -267,8 +265,6 @@ pub struct Topology {
     pub slots: Vec<u32>,
     /// Slots with a migration action.
     pub migrating: usize,
-    /// Online proxies.
-    pub proxies: usize,
 }
 
 impl Topology {
@@ -294,7 +290,6 @@ impl Topology {
                             .flatten()
                             .filter_map(|s| s.get("server").and_then(Value::as_str).map(str::to_owned))
                             .collect(),
-                        out_of_sync: g.get("out_of_sync").and_then(Value::as_bool).unwrap_or(false),
                     })
                     .collect()
             })
@@ -310,8 +305,7 @@ impl Topology {
                 migrating += 1;
             }
         }
-        let proxies = stats.pointer("/proxy/models").and_then(Value::as_array).map_or(0, Vec::len);
-        Ok(Self { groups, slots, migrating, proxies })
+        Ok(Self { groups, slots, migrating })
     }
 
     /// The group listing `server`.

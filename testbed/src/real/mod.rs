@@ -109,42 +109,33 @@ impl ChartFiles {
 /// `text` with the value of every `key = ...` line (TOML) replaced by `value` (already quoted as TOML needs).
 #[must_use]
 pub fn set_toml(text: &str, key: &str, value: &str) -> String {
-    let mut found = false;
-    let mut out: Vec<String> = text
-        .lines()
-        .map(|line| {
-            let named = line.split('=').next().is_some_and(|k| k.trim() == key) && !line.trim_start().starts_with('#');
-            if named {
-                found = true;
-                format!("{key} = {value}")
-            } else {
-                line.to_owned()
-            }
-        })
-        .collect();
-    if !found {
-        out.push(format!("{key} = {value}"));
-    }
-    out.join("\n") + "\n"
+    let names =
+        |line: &str| !line.trim_start().starts_with('#') && line.split('=').next().is_some_and(|k| k.trim() == key);
+    set_line(text, names, &format!("{key} = {value}"))
 }
 
 /// `text` (pika.conf as the chart has it, "key value" lines) with `key` set to `value`.
 #[must_use]
 pub fn set_pika_setting(text: &str, key: &str, value: &str) -> String {
+    set_line(text, |line| line.split_whitespace().next() == Some(key), &format!("{key} {value}"))
+}
+
+/// `text` with every line `names` picks replaced by `setting`, or `setting` appended when none is.
+fn set_line(text: &str, names: impl Fn(&str) -> bool, setting: &str) -> String {
     let mut found = false;
-    let mut out: Vec<String> = text
+    let mut out: Vec<&str> = text
         .lines()
         .map(|line| {
-            if line.split_whitespace().next() == Some(key) {
+            if names(line) {
                 found = true;
-                format!("{key} {value}")
+                setting
             } else {
-                line.to_owned()
+                line
             }
         })
         .collect();
     if !found {
-        out.push(format!("{key} {value}"));
+        out.push(setting);
     }
     out.join("\n") + "\n"
 }

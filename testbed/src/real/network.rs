@@ -24,8 +24,6 @@ const LEASES: &str = "/tmp/pkb-bed";
 /// The first two octets of every bed's /24.
 const PREFIX: [u8; 2] = [10, 213];
 
-/// Lease numbers taken by beds of this process (a lease directory whose owner is this process may still be in use).
-static TAKEN: Mutex<BTreeSet<u8>> = Mutex::new(BTreeSet::new());
 static SWEEP: Once = Once::new();
 
 /// A bed's network: its /24, bridge, namespaces, hosts file and lease directory.
@@ -144,12 +142,9 @@ impl Network {
     pub fn lease() -> Result<Self, String> {
         let _locked = leases_locked()?;
         SWEEP.call_once(sweep);
+        // Under the lock, a lease of this process is one whose owner (this process) runs: `claim` skips it.
         for n in 0..=255u8 {
-            if !TAKEN.lock().unwrap_or_else(PoisonError::into_inner).insert(n) {
-                continue;
-            }
             if !Self::claim(n) {
-                TAKEN.lock().unwrap_or_else(PoisonError::into_inner).remove(&n);
                 continue;
             }
             // Links or namespaces a lost cleaner left under this number are nobody's now.
@@ -215,8 +210,7 @@ impl Network {
     }
 
     /// The bed's hosts file (what `/etc/hosts` is in every process the bed starts).
-    #[must_use]
-    pub fn hosts_file(&self) -> PathBuf {
+    fn hosts_file(&self) -> PathBuf {
         self.dir.join("hosts")
     }
 
@@ -329,7 +323,6 @@ impl Drop for Network {
     fn drop(&mut self) {
         let _locked = leases_locked();
         clean(self.n);
-        TAKEN.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.n);
     }
 }
 
