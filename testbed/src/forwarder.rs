@@ -208,6 +208,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                // A partition that began while this read was waiting holds these bytes too: the sender wrote them
+                // after the partition, so they must not get through before the heal.
+                while shared.partitioned.load(Ordering::SeqCst) && !shared.stopped.load(Ordering::SeqCst) {
+                    thread::sleep(POLL);
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
