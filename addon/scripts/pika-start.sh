@@ -11,6 +11,12 @@
 # restarts. The template (KubeBlocks' rendered config, one "key value" per line) owns every setting it names, so a
 # Reconfiguring OpsRequest takes effect at the next start; pika owns its replication state; the password is
 # PIKA_PASSWORD (requirepass = masterauth = Codis product_auth).
+#
+# pika v4.0.1 has a second account, "limit" (password `userpass`, minus the commands of `userblacklist`). With
+# `userpass` empty that account takes any password: `AUTH <anything>` answers +OK and the client may then SET,
+# SLAVEOF and CONFIG GET requirepass. So `userpass` is a random secret made at the first start, known to nobody,
+# and the chart's `userblacklist` takes the administrative commands from the account besides: PIKA_PASSWORD alone
+# opens pika.
 set -eu
 
 template="${PIKA_CONFIG_TEMPLATE:-/etc/pika/pika.conf}"
@@ -30,6 +36,7 @@ merge_config() {
       n = 0
       set["requirepass"] = ENVIRON["PIKA_PASSWORD"]; order[++n] = "requirepass"
       set["masterauth"] = ENVIRON["PIKA_PASSWORD"]; order[++n] = "masterauth"
+      set["userpass"] = ENVIRON["PIKA_USERPASS"]; order[++n] = "userpass"
       while ((getline line < template) > 0) {
         line = trim(line)
         if (line == "" || line ~ /^#/) continue
@@ -60,7 +67,12 @@ if [ ! -r "$template" ]; then
   echo "pika-start: no config template at $template" >&2
   exit 2
 fi
+# The account's secret is made once per volume (a restart changes nothing in the persisted file).
+PIKA_USERPASS="$(sed -n 's/^[[:space:]]*userpass[[:space:]]*:[[:space:]]*\([^[:space:]]*\)[[:space:]]*$/\1/p' "$config" 2>/dev/null | tail -n 1)"
+[ -n "$PIKA_USERPASS" ] || PIKA_USERPASS="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+export PIKA_USERPASS
 merge_config "$template" "$config"
+unset PIKA_USERPASS
 echo "pika-start: $config merged from $template"
 
 status=0
@@ -70,4 +82,5 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 
-exec "$pika" -c "$config"
+# pika prints its whole config, passwords included, to stderr at start (before its own log is set up).
+exec /bin/sh "$(dirname "$0")/exec-redacted.sh" "$pika" -c "$config"

@@ -99,6 +99,155 @@ fn post_provision_registers_a_shard_of_real_pikas_on_the_forks_dashboard() {
     assert_eq!(bed.topology(), topology);
 }
 
+#[test]
+fn the_chart_offers_only_the_pika_and_codis_the_tests_run() {
+    use testbed::kubeblocks::chart::{helm_template, repo_chart};
+    let (tag, commit) = testbed::real::PIKA_RELEASE;
+    let version =
+        std::process::Command::new(&testbed::real::Servers::installed().pika).arg("-v").output().expect("pika");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(version.contains(&format!("pika_git_sha:{commit}")), "the installed pika is not {tag}: {version}");
+    let service_version = tag.trim_start_matches('v');
+
+    let addon = helm_template(&repo_chart("addon"), "pika", "kb-system", &[]).expect("render the addon");
+    let named = |kind: &str, name: &str| {
+        addon
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    let image = |repository: &str| format!("docker.io/{repository}:{tag}");
+    let offered = |cmpv: &serde_json::Value| -> Vec<String> {
+        cmpv["spec"]["releases"].as_array().expect("releases").iter().map(|r| r["serviceVersion"].to_string()).collect()
+    };
+    let pika = named("ComponentVersion", "pika-group");
+    assert_eq!(offered(&pika), [format!("{service_version:?}")], "the pika releases offered");
+    assert_eq!(pika["spec"]["releases"][0]["images"]["pika"], image("pikadb/pika").as_str());
+    assert_eq!(pika["spec"]["releases"][0]["images"]["exporter"], image("pikadb/pika-exporter").as_str());
+    for name in ["codis-dashboard", "codis-proxy", "codis-fe"] {
+        let codis = named("ComponentVersion", &format!("pika-{name}"));
+        assert_eq!(offered(&codis), [format!("{service_version:?}")], "{name}: the releases offered");
+        assert_eq!(codis["spec"]["releases"][0]["images"][name], image("pikadb/codis").as_str(), "{name}");
+    }
+    let definitions = addon.iter().filter(|o| o["kind"] == "ComponentDefinition");
+    for cmpd in definitions.filter(|o| !o["metadata"]["name"].as_str().is_some_and(|n| n.contains("etcd"))) {
+        assert_eq!(cmpd["spec"]["serviceVersion"], service_version, "{}", cmpd["metadata"]["name"]);
+    }
+    // A cluster made with the cluster chart's defaults runs that release.
+    let cluster = helm_template(&repo_chart("clusterdefs"), "demo", "default", &[]).expect("render the cluster");
+    let cluster = cluster.iter().find(|o| o["kind"] == "Cluster").expect("a Cluster");
+    for sharding in cluster["spec"]["shardings"].as_array().expect("shardings") {
+        assert_eq!(sharding["template"]["serviceVersion"], service_version, "{sharding}");
+    }
+}
+
+/// One command on a fresh connection that sent no AUTH, or only `auth`.
+fn unauthenticated(addr: &str, auth: &[&str], command: &[&str]) -> (Option<String>, String) {
+    let mut conn =
+        testbed::process::RespConnection::connect(addr, None, Duration::from_secs(5)).expect("reach the server");
+    let auth_reply = (!auth.is_empty()).then(|| conn.command(auth).unwrap_or_else(|e| e));
+    (auth_reply, conn.command(command).unwrap_or_else(|e| e))
+}
+
+#[test]
+fn only_the_password_opens_pika_and_it_reaches_no_log() {
+    let bed = bed(1, 2, Line::V1_1, 1);
+    let mut outputs = Vec::new();
+    for _ in 0..10 {
+        let out = bed.run(&["post-provision"], &bed.env(0));
+        outputs.push(describe(&out));
+        match out.status.code() {
+            Some(0) => break,
+            Some(75) => continue,
+            _ => panic!("post-provision failed: {}", describe(&out)),
+        }
+    }
+    bed.assert_registered(0, 0);
+    let master = bed.shards[0].pod(0);
+
+    // Nothing is served before AUTH, and a wrong password opens nothing. (With userpass empty, pika v4.0.1 answered
+    // `AUTH <anything>` with +OK through its second account and then took SET, SLAVEOF and CONFIG GET.)
+    for command in [&["GET", "k"][..], &["SET", "k", "v"], &["CONFIG", "GET", "requirepass"], &["SLAVEOF", "NO", "ONE"]]
+    {
+        let (_, reply) = unauthenticated(&master.addr(), &[], command);
+        assert!(reply.contains("NOAUTH"), "{command:?} before AUTH: {reply}");
+    }
+    for wrong in ["", "wrong", "x", &format!("{}x", bed.password)] {
+        let (auth, reply) = unauthenticated(&master.addr(), &["AUTH", wrong], &["SET", "k", "v"]);
+        let auth = auth.unwrap_or_default();
+        assert!(auth.starts_with('-'), "AUTH {wrong:?} was accepted: {auth}");
+        assert!(reply.contains("NOAUTH"), "SET after AUTH {wrong:?}: {reply}");
+        let (auth, _) = unauthenticated(&master.addr(), &["AUTH", "limit", wrong], &["PING"]);
+        assert!(auth.unwrap_or_default().starts_with('-'), "AUTH limit {wrong:?} was accepted");
+    }
+    // The right one opens everything.
+    let (auth, reply) = unauthenticated(&master.addr(), &["AUTH", &bed.password], &["CONFIG", "GET", "slotmigrate"]);
+    assert_eq!(auth.as_deref(), Some("+OK"));
+    assert!(reply.ends_with("yes"), "{reply}");
+
+    // The second account, were its random password ever known, runs no administrative command.
+    let persisted = std::fs::read_to_string(master.volume().join("pika.conf")).expect("the persisted pika.conf");
+    let userpass = persisted
+        .lines()
+        .find_map(|l| l.strip_prefix("userpass").map(|v| v.trim_start_matches([' ', ':']).trim().to_owned()))
+        .unwrap_or_default();
+    assert!(userpass.len() >= 32, "userpass is not a long random secret: {userpass:?}");
+    assert_ne!(userpass, bed.password);
+    let user = ["AUTH", "limit", userpass.as_str()];
+    for command in [
+        &["SLAVEOF", "NO", "ONE"][..],
+        &["CONFIG", "GET", "requirepass"],
+        &["CONFIG", "SET", "requirepass", "x"],
+        &["FLUSHALL"],
+        &["SHUTDOWN"],
+        &["CLIENT", "LIST"],
+        &["KEYS", "*"],
+        &["SLOTSDEL", "1"],
+        &["CLEARREPLICATIONID"],
+        &["ACL", "LIST"],
+    ] {
+        let (auth, reply) = unauthenticated(&master.addr(), &user, command);
+        assert_eq!(auth.as_deref(), Some("+OK"));
+        // SHUTDOWN from another host is refused before the account is looked at ("shutdown should be localhost").
+        let refused = reply.contains("NOPERM") || (command[0] == "SHUTDOWN" && reply.starts_with('-'));
+        assert!(refused, "the user account ran {command:?}: {reply}");
+    }
+    let (_, reply) = unauthenticated(&master.addr(), &user, &["SET", "user-key", "v"]);
+    assert_eq!(reply, "+OK", "the user account is for data");
+    assert_eq!(info_field(&master.info_replication(), "role").as_deref(), Some("master"), "still the master");
+
+    // Codis, the proxy and the replica still work with the password.
+    let keys = write_through_proxy(&bed, "auth", 100);
+    assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new());
+    let held = testbed::cluster::eventually(Duration::from_secs(20), || bed.missing_on(0, 1, &keys).is_empty());
+    assert!(held, "the replica lacks {} of 100 keys", bed.missing_on(0, 1, &keys).len());
+    let (host, port) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_owned(), p.to_owned())).expect("host:port");
+    let probe = BTreeMap::from([
+        ("PIKA_HOST".to_owned(), host),
+        ("PIKA_PORT".to_owned(), port),
+        ("PIKA_PASSWORD".to_owned(), bed.password.clone()),
+    ]);
+    let out = bed.run(&["role-probe"], &probe);
+    outputs.push(describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "master", "{}", describe(&out));
+
+    // The password is in no log: only in each pod's persisted pika.conf, which pika reads.
+    let holding: Vec<String> = bed
+        .files_containing(&bed.password)
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .filter(|p| !p.ends_with("/data/pika.conf"))
+        .collect();
+    assert_eq!(holding, Vec::<String>::new(), "files holding the password besides the persisted configs");
+    for out in outputs {
+        assert!(!out.contains(&bed.password), "an action printed the password: {out}");
+    }
+    // The filter left the rest of pika's start output alone.
+    let start = std::fs::read_to_string(master.volume().join("../start.log")).unwrap_or_default();
+    assert!(start.contains("requirepass <redacted>"), "pika's config dump was not seen: {start}");
+}
+
 // ---- scenarios: what KubeBlocks runs for each operation, in its order, with a writer through the real proxy --------
 //
 // Each scenario runs the actions KubeBlocks would run for one operation (the chart's actions with the chart's

@@ -310,6 +310,31 @@ impl RealBed {
             .expect("run pika-action")
     }
 
+    /// Every file the bed's servers wrote (pods' volumes, start output and logs; Codis' configs and logs) whose
+    /// bytes contain `needle`.
+    #[must_use]
+    pub fn files_containing(&self, needle: &str) -> Vec<PathBuf> {
+        fn walk(dir: &Path, needle: &[u8], found: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                match entry.file_type() {
+                    Ok(t) if t.is_dir() => walk(&path, needle, found),
+                    Ok(t) if t.is_file() => {
+                        let bytes = std::fs::read(&path).unwrap_or_default();
+                        if bytes.windows(needle.len()).any(|w| w == needle) {
+                            found.push(path);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(self.network.dir(), needle.as_bytes(), &mut found);
+        found.sort();
+        found
+    }
+
     /// What the dashboard reports now.
     #[must_use]
     pub fn topology(&self) -> Topology {

@@ -34,11 +34,19 @@ pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
     }
 }
 
-fn spawn(network: &Network, program: &Path, args: &[String], log: &Path) -> Result<Child, String> {
+/// Starts `program` as the chart's container command does: through `exec-redacted.sh`, with the password in
+/// `PIKA_PASSWORD`, its output to `log`.
+fn spawn(network: &Network, program: &Path, args: &[String], password: &str, log: &Path) -> Result<Child, String> {
+    let dir = log.parent().ok_or("a log in a directory")?;
+    let script = dir.join("exec-redacted.sh");
+    std::fs::write(&script, &ChartFiles::rendered().exec_redacted).map_err(|e| e.to_string())?;
     let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
     let child = network
-        .command(None, program)
+        .command(None, Path::new("/bin/sh"))
+        .arg(&script)
+        .arg(program)
         .args(args)
+        .env("PIKA_PASSWORD", password)
         .stdout(out.try_clone().map_err(|e| e.to_string())?)
         .stderr(out)
         .spawn()
@@ -108,7 +116,7 @@ impl Dashboard {
             "--log-level=INFO".to_owned(),
         ];
         let log = dir.join("dashboard.log");
-        let mut child = spawn(network, &servers.dashboard, &args, &log)?;
+        let mut child = spawn(network, &servers.dashboard, &args, password, &log)?;
         let probe = addr.clone();
         wait("codis-dashboard", &mut child, &log, || http_get(&probe, "/topom/model").is_ok())?;
         Ok(Self { addr, dir, child: Some(child) })
@@ -196,7 +204,7 @@ impl Proxy {
             "--log-level=INFO".to_owned(),
         ];
         let log = dir.join("proxy.log");
-        let mut child = spawn(network, &servers.proxy, &args, &log)?;
+        let mut child = spawn(network, &servers.proxy, &args, password, &log)?;
         // Online once the dashboard filled it (`--dashboard` has it come online by itself); PING is no check: the
         // fork forwards it to a backend, and no slot has one before the first registration.
         let probe = admin.clone();

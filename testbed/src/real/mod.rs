@@ -22,6 +22,10 @@ use serde_json::Value;
 
 use crate::kubeblocks::chart::{helm_template, repo_chart};
 
+/// The pika release the real tier runs: its git tag (also the tag of the pikadb images the chart names) and commit
+/// (what `pika -v` prints as `pika_git_sha`; the tag did not bump pika's version string).
+pub const PIKA_RELEASE: (&str, &str) = ("v4.0.1", "23d9bf6f4a400f3648be514d5f674bd9b8ae632f");
+
 /// Where `scripts/setup.sh` installs the real servers.
 pub const INSTALL_DIR: &str = "/usr/local/lib/pika-kubeblocks";
 
@@ -68,6 +72,8 @@ pub struct ChartFiles {
     pub pika_conf: String,
     /// `pika-start.sh` of the scripts ConfigMap: the pika container's command.
     pub pika_start: String,
+    /// `exec-redacted.sh` of the scripts ConfigMap: how the pika, dashboard and proxy containers run their server.
+    pub exec_redacted: String,
     /// `dashboard.toml`.
     pub dashboard_toml: String,
     /// `proxy.toml`.
@@ -97,6 +103,7 @@ impl ChartFiles {
                 Ok(ChartFiles {
                     pika_conf: data("pika.conf")?,
                     pika_start: data("pika-start.sh")?,
+                    exec_redacted: data("exec-redacted.sh")?,
                     dashboard_toml: data("dashboard.toml")?,
                     proxy_toml: data("proxy.toml")?,
                 })

@@ -89,6 +89,7 @@ impl PikaPod {
         std::fs::write(self.template(), template).map_err(|e| e.to_string())?;
         let script = self.dir.join("pika-start.sh");
         std::fs::write(&script, &files.pika_start).map_err(|e| e.to_string())?;
+        std::fs::write(self.dir.join("exec-redacted.sh"), &files.exec_redacted).map_err(|e| e.to_string())?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

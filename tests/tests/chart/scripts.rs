@@ -109,7 +109,9 @@ fn pika_start_writes_the_config_from_the_template_then_rejoins_then_execs_pika()
     assert_eq!(conf["db-path"], ["/data/db/"]);
     let template = read(&t.dir.path().join("template.conf"));
     let settings = template.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).count();
-    assert_eq!(conf.len(), settings + 2, "every template setting plus the password pair");
+    assert_eq!(conf.len(), settings + 3, "every template setting plus requirepass, masterauth and userpass");
+    let userpass = &conf["userpass"][0];
+    assert!(userpass.len() >= 32 && userpass != "s3cret", "the second account's secret is random: {userpass}");
     let config = t.config().display().to_string();
     assert_eq!(t.log(), format!("pika-action rejoin\nconfig={config}\npika -c {config}\n"), "rejoin before pika");
 }
@@ -171,6 +173,27 @@ fn pika_start_refuses_to_run_without_a_template() {
     let out = t.run();
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(t.log().is_empty(), "nothing runs: {}", t.log());
+}
+
+#[test]
+fn exec_redacted_blanks_the_password_and_password_settings_and_passes_the_rest_and_the_exit_code() {
+    let printed = "echo 'option --product_auth = p@ss.*'; echo 'x p@ss.*p@ss.* y' >&2; \
+                   echo 'I1204 base_conf.cc:336] 43 requirepass other'; echo 'session_auth = \"q\"'; \
+                   echo 'kept: p@ss'; exit 3";
+    let out = Command::new("sh")
+        .arg(script("scripts", "exec-redacted.sh"))
+        .args(["sh", "-c", printed])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("PIKA_PASSWORD", "p@ss.*")
+        .output()
+        .expect("sh");
+    assert_eq!(out.status.code(), Some(3), "the program's exit code: {}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "option --product_auth = <redacted>\nx <redacted><redacted> y\n\
+         I1204 base_conf.cc:336] 43 requirepass <redacted>\nsession_auth = <redacted>\nkept: p@ss\n"
+    );
 }
 
 #[test]
