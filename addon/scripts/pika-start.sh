@@ -75,6 +75,27 @@ merge_config "$template" "$config"
 unset PIKA_USERPASS
 echo "pika-start: $config merged from $template"
 
+# pika needs maxclients + 5000 open files (PIKA_MIN_RESERVED_FDS: RocksDB, binlogs, replication) and aborts at start
+# when the container's hard open-file limit is lower: it may raise its soft limit, not the hard one. Container
+# runtimes differ in that limit, so maxclients is lowered to what fits instead of leaving the pod in a crash loop.
+reserved=5000
+hard="$(ulimit -Hn)"
+if [ "$hard" != "unlimited" ]; then
+  maxclients="$(sed -n 's/^[[:space:]]*maxclients[[:space:]]*:[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/\1/p' "$config" | tail -n 1)"
+  maxclients="${maxclients:-20000}"
+  if [ $((maxclients + reserved)) -gt "$hard" ]; then
+    fits=$((hard - reserved))
+    if [ "$fits" -lt 100 ]; then
+      echo "pika-start: the open-file limit ($hard) leaves too few connections beside the $reserved files pika reserves" >&2
+      exit 2
+    fi
+    sed "s/^[[:space:]]*maxclients[[:space:]]*:.*/maxclients : $fits/" "$config" >"$config.tmp"
+    grep -q '^maxclients : ' "$config.tmp" || echo "maxclients : $fits" >>"$config.tmp"
+    mv "$config.tmp" "$config"
+    echo "pika-start: maxclients $maxclients lowered to $fits: the open-file limit is $hard and pika reserves $reserved"
+  fi
+fi
+
 status=0
 "$action" rejoin || status=$?
 if [ "$status" -ne 0 ]; then

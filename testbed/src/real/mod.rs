@@ -121,12 +121,6 @@ pub fn set_toml(text: &str, key: &str, value: &str) -> String {
     set_line(text, names, &format!("{key} = {value}"))
 }
 
-/// `text` (pika.conf as the chart has it, "key value" lines) with `key` set to `value`.
-#[must_use]
-pub fn set_pika_setting(text: &str, key: &str, value: &str) -> String {
-    set_line(text, |line| line.split_whitespace().next() == Some(key), &format!("{key} {value}"))
-}
-
 /// `text` with every line `names` picks replaced by `setting`, or `setting` appended when none is.
 fn set_line(text: &str, names: impl Fn(&str) -> bool, setting: &str) -> String {
     let mut found = false;
@@ -157,16 +151,14 @@ mod tests {
         let set = set_toml(toml, "admin_addr", "\"127.0.0.1:1\"");
         assert_eq!(set, "# admin_addr = \"x\"\nadmin_addr = \"127.0.0.1:1\"\nmax_slot_num = 1024\n");
         assert!(set_toml(toml, "jodis_name", "\"\"").ends_with("jodis_name = \"\"\n"));
-        let conf = "port 9221\nmaxclients 20000\n";
-        assert_eq!(set_pika_setting(conf, "maxclients", "10000"), "port 9221\nmaxclients 10000\n");
-        assert_eq!(set_pika_setting(conf, "log-path", "/x/"), "port 9221\nmaxclients 20000\nlog-path /x/\n");
     }
 
     #[test]
     fn the_chart_renders_every_file_the_bed_runs() {
         let files = ChartFiles::rendered();
         assert!(files.pika_conf.lines().any(|l| l.trim() == "slotmigrate yes"), "{}", files.pika_conf);
-        assert!(files.pika_start.contains("exec \"$pika\""), "{}", files.pika_start);
+        assert!(files.pika_start.contains("exec-redacted.sh\" \"$pika\" -c"), "{}", files.pika_start);
+        assert!(files.exec_redacted.contains("exec \"$@\""), "{}", files.exec_redacted);
         assert!(files.dashboard_toml.contains("coordinator_name"));
         assert!(files.proxy_toml.contains("proxy_addr"));
     }

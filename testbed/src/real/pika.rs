@@ -8,7 +8,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use super::network::{Network, PodNet};
-use super::{set_pika_setting, ChartFiles, Servers};
+use super::{ChartFiles, Servers};
 use crate::process::{info_field, RespConnection};
 
 /// The port every pod's pika serves (the chart's PIKA_PORT).
@@ -84,8 +84,9 @@ impl PikaPod {
         let volume = self.volume();
         std::fs::create_dir_all(&volume).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(self.dir.join("etc")).map_err(|e| e.to_string())?;
-        let mut template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
-        template = set_pika_setting(&template, "maxclients", "10000");
+        // The chart's own settings (maxclients too: pika-start.sh fits it to the open-file limit); only the paths
+        // move to the pod's directory.
+        let template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
         std::fs::write(self.template(), template).map_err(|e| e.to_string())?;
         let script = self.dir.join("pika-start.sh");
         std::fs::write(&script, &files.pika_start).map_err(|e| e.to_string())?;

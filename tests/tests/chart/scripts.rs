@@ -68,8 +68,35 @@ impl PikaStart {
             &format!("echo \"config=$PIKA_CONFIG_FILE\" >> '{}'\nexit {rejoin_rc}", log.display()),
         );
         stub(&bin, "pika", &log, "exit 0");
-        std::fs::copy(script("config", "pika.conf"), dir.path().join("template.conf")).expect("template");
+        // A maxclients that fits any open-file limit a test machine has (the chart's 20000 needs 25000 files).
+        let template = read(&script("config", "pika.conf")).replace("\nmaxclients 20000\n", "\nmaxclients 1000\n");
+        assert!(template.contains("\nmaxclients 1000\n"), "the chart's pika.conf names maxclients 20000");
+        std::fs::write(dir.path().join("template.conf"), template).expect("template");
         Self { dir }
+    }
+
+    /// The chart's own template, whose maxclients needs more open files than a test machine may allow.
+    fn with_the_charts_maxclients(self) -> Self {
+        std::fs::copy(script("config", "pika.conf"), self.dir.path().join("template.conf")).expect("template");
+        self
+    }
+
+    /// Runs it with the hard open-file limit lowered to `files` (a limit can be lowered without privilege).
+    fn run_with_open_files(&self, files: u32) -> Output {
+        let p = self.dir.path();
+        Command::new("sh")
+            .args(["-c", "ulimit -n \"$1\" && exec sh \"$2\"", "sh"])
+            .arg(files.to_string())
+            .arg(script("scripts", "pika-start.sh"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("PIKA_CONFIG_TEMPLATE", p.join("template.conf"))
+            .env("PIKA_CONFIG_FILE", self.config())
+            .env("PIKA_ACTION", p.join("bin/pika-action"))
+            .env("PIKA_BIN", p.join("bin/pika"))
+            .env("PIKA_PASSWORD", "s3cret")
+            .output()
+            .expect("sh runs")
     }
 
     fn config(&self) -> PathBuf {
@@ -133,15 +160,41 @@ fn pika_start_keeps_what_pika_persisted_and_applies_the_templates_settings() {
     assert_eq!(conf["slaveof"], ["pika-demo-pika-x7k-0.pika-demo-pika-x7k-headless:9221"], "pika owns slaveof");
     assert_eq!(conf["replication-id"], ["4f0c1ab9"]);
     assert_eq!(conf["run-id"], ["0123456789012345678901234567890123456789"]);
-    assert_eq!(conf["maxclients"], ["20000"], "the template's setting wins");
+    assert_eq!(conf["maxclients"], ["1000"], "the template's setting wins");
     assert_eq!(conf["slotmigrate"], ["yes"]);
     assert_eq!(conf["requirepass"], ["s3cret"], "the password comes from PIKA_PASSWORD");
     assert_eq!(conf["user-set-key"], ["5"], "settings the template does not name are kept");
-    assert!(text.starts_with("# pika.conf\nport : 9221\nmaxclients : 20000\n"), "edited in place, order kept:\n{text}");
+    assert!(text.starts_with("# pika.conf\nport : 9221\nmaxclients : 1000\n"), "edited in place, order kept:\n{text}");
     // Idempotent: a second start changes nothing.
     let out = t.run();
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(read(&t.config()), text);
+}
+
+#[test]
+fn pika_start_lowers_maxclients_to_what_the_open_file_limit_allows_beside_pikas_reserve() {
+    // pika v4.0.1 needs maxclients + 5000 files and aborts at start when the hard limit is lower.
+    let t = PikaStart::new(0).with_the_charts_maxclients();
+    let out = t.run_with_open_files(8192);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = read(&t.config());
+    assert_eq!(pika_conf(&text)["maxclients"], ["3192"], "8192 files less pika's 5000");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("maxclients 20000 lowered to 3192"), "{}", describe(&out));
+    // Again: the same file.
+    assert!(t.run_with_open_files(8192).status.success());
+    assert_eq!(read(&t.config()), text);
+    // A lower limit lowers it further; a template value that fits stands.
+    let out = t.run_with_open_files(7000);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(pika_conf(&read(&t.config()))["maxclients"], ["2000"]);
+    let fits = PikaStart::new(0);
+    assert!(fits.run_with_open_files(7000).status.success());
+    assert_eq!(pika_conf(&read(&fits.config()))["maxclients"], ["1000"]);
+    // Too few for any client: refused before pika starts.
+    let t = PikaStart::new(0).with_the_charts_maxclients();
+    let out = t.run_with_open_files(5050);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(!t.log().contains("pika -c"), "pika must not start: {}", t.log());
 }
 
 #[test]
