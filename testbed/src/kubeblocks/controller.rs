@@ -1593,7 +1593,7 @@ impl Inner {
                 let password = comp.accounts.values().next().cloned().unwrap_or_default();
                 let etcd = lock(&self.backing).etcd.as_ref().map(EtcdServer::endpoint);
                 let Some(etcd) = etcd else { return Some(Next::Error("codis-dashboard before etcd".into())) };
-                let dashboard = match Dashboard::start(&real.network, &real.servers, &etcd, &cluster, &password) {
+                let dashboard = match Dashboard::start(&real.network, &real.servers, &etcd, &cluster, &password, &[]) {
                     Ok(d) => d,
                     Err(e) => return Some(Next::Error(e)),
                 };

@@ -83,11 +83,14 @@ pub struct RealBedOptions {
     pub line: Line,
     /// Proxies.
     pub proxies: usize,
+    /// dashboard.toml settings (TOML values) in place of the chart's: to show what a setting the chart decided
+    /// against would do.
+    pub dashboard_settings: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for RealBedOptions {
     fn default() -> Self {
-        Self { shards: 1, pods: 1, line: Line::V1_1, proxies: 1 }
+        Self { shards: 1, pods: 1, line: Line::V1_1, proxies: 1, dashboard_settings: Vec::new() }
     }
 }
 
@@ -137,7 +140,8 @@ impl RealBed {
         let password = format!("bed-secret-{name}");
         let etcd = EtcdServer::start_at(network.node());
         let dashboard =
-            Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password).unwrap_or_else(|e| panic!("{e}"));
+            Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &opts.dashboard_settings)
+                .unwrap_or_else(|e| panic!("{e}"));
         let mut bed = Self {
             name,
             shards: Vec::new(),

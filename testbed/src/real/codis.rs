@@ -88,7 +88,8 @@ pub struct Dashboard {
 }
 
 impl Dashboard {
-    /// Starts it for `product` over etcd at `etcd` with the chart's configuration; waits until it serves.
+    /// Starts it for `product` over etcd at `etcd` with the chart's configuration, `settings` (TOML values) replacing
+    /// the chart's; waits until it serves.
     ///
     /// # Errors
     /// When it exits or does not serve within 30 s (with the tail of its log).
@@ -98,11 +99,15 @@ impl Dashboard {
         etcd: &str,
         product: &str,
         password: &str,
+        settings: &[(&str, &str)],
     ) -> Result<Self, String> {
         let dir = network.dir().join("dashboard");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let addr = format!("{}:{}", network.node(), free_port());
-        let toml = set_toml(&ChartFiles::rendered().dashboard_toml, "admin_addr", &format!("\"{addr}\""));
+        let mut toml = set_toml(&ChartFiles::rendered().dashboard_toml, "admin_addr", &format!("\"{addr}\""));
+        for (key, value) in settings {
+            toml = set_toml(&toml, key, value);
+        }
         let config = dir.join("dashboard.toml");
         std::fs::write(&config, toml).map_err(|e| e.to_string())?;
         // The container's arguments (cmpd-codis-dashboard.yaml), with the bed's addresses.
