@@ -257,6 +257,42 @@ fn sync_migration_cannot_move_a_slot_between_password_protected_pikas() {
     assert!(!moved.lost.is_empty(), "the stalled slot's keys were readable");
 }
 
+#[test]
+fn the_demo_runs_every_step_on_the_real_servers_reads_every_key_back_and_leaves_no_process() {
+    let mut out = Vec::new();
+    let problems = testbed::real::demo::run(action(), &mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(problems, 0, "the demo showed problems:\n{text}");
+    for step in [
+        "== create the cluster",
+        "== scale out to 4 shards",
+        "== scale in to 3 shards",
+        "== switch the first shard's master over",
+        "== kill the first shard's master",
+        "== the killed pod comes back",
+    ] {
+        assert!(text.contains(step), "no step {step:?}:\n{text}");
+    }
+    assert!(text.contains("keys: 1800 written so far, 1800 read back through the proxy"), "{text}");
+    assert!(text.contains("as master") && text.contains("after the kill"), "no failover shown:\n{text}");
+    // Nothing it started runs on: every server it started named the product on its command line or in its paths.
+    let product = text
+        .split_whitespace()
+        .skip_while(|w| *w != "product")
+        .nth(1)
+        .map(|w| w.trim_end_matches(','))
+        .expect("the product name")
+        .to_owned();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&product))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "processes of the demo's cluster {product} still run");
+}
+
 /// One command on a fresh connection that sent no AUTH, or only `auth`.
 fn unauthenticated(addr: &str, auth: &[&str], command: &[&str]) -> (Option<String>, String) {
     let mut conn =

@@ -314,6 +314,57 @@ impl RealBed {
             .expect("run pika-action")
     }
 
+    /// Starts the failover watcher (`pika-action watch`) as the chart's container beside the dashboard runs it, with
+    /// the chart's default failover values; its output goes to `watcher.log` in the bed's directory. It runs until
+    /// the returned [`Watcher`] drops.
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    #[must_use]
+    pub fn start_watcher(&self) -> Watcher {
+        let env = self.env(0);
+        let mut vars: BTreeMap<String, String> = [
+            "CODIS_DASHBOARD_ADDR",
+            "CODIS_PRODUCT_NAME",
+            "ETCD_ENDPOINTS",
+            "CLUSTER_NAME",
+            "CLUSTER_NAMESPACE",
+            "PIKA_PORT",
+            "PIKA_PASSWORD",
+            "KUBEBLOCKS_LINE",
+        ]
+        .iter()
+        .filter_map(|k| env.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+        // values.yaml `failover`: detectionMs, probeIntervalMs, leaseSeconds, budgetSeconds.
+        for (key, value) in [
+            ("POD_NAME", format!("{}-codis-dashboard-0", self.name)),
+            ("FAILOVER_DETECTION_MS", "2000".to_owned()),
+            ("WATCH_PROBE_INTERVAL_MS", "500".to_owned()),
+            ("WATCH_LEASE_SECONDS", "5".to_owned()),
+            ("ACTION_BUDGET_SECONDS", "30".to_owned()),
+        ] {
+            vars.insert(key.to_owned(), value);
+        }
+        let log = self.network.dir().join("watcher.log");
+        let file = std::fs::File::create(&log).expect("the watcher's log");
+        let child = self
+            .network
+            .command(None, &self.action)
+            .arg("watch")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(&vars)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().expect("the watcher's log"))
+            .stderr(file)
+            .spawn()
+            .expect("start pika-action watch");
+        self.network.started(child.id());
+        Watcher { child, log }
+    }
+
     /// Every file the bed's servers wrote (pods' volumes, start output and logs; Codis' configs and logs) whose
     /// bytes contain `needle`.
     #[must_use]
@@ -392,5 +443,27 @@ impl RealBed {
     pub fn missing_on(&self, index: usize, ordinal: u32, keys: &[String]) -> Vec<String> {
         let mut conn = self.shards[index].pod(ordinal).connect();
         keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&format!("v-{k}"))).cloned().collect()
+    }
+}
+
+/// A running `pika-action watch`; killed on drop.
+#[derive(Debug)]
+pub struct Watcher {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Watcher {
+    /// What it logged so far.
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

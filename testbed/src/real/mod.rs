@@ -12,6 +12,7 @@
 
 pub mod bed;
 pub mod codis;
+pub mod demo;
 pub mod network;
 pub mod pika;
 
