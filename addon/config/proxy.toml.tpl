@@ -24,7 +24,10 @@ backend_recv_timeout = "30s"
 backend_send_bufsize = "128kb"
 backend_send_timeout = "30s"
 backend_max_pipeline = 20480
-backend_primary_only = false
+# Reads go to a group's master only. The fork's dashboard puts every reachable server into its group's replica
+# groups by itself (its health check), a replica in a full sync or in pika's error state too, and with reads from
+# replica groups allowed a client would read nil or stale values from it.
+backend_primary_only = true
 backend_primary_parallel = 2
 backend_replica_parallel = 2
 backend_primary_quick = 1

@@ -161,7 +161,8 @@ struct SlotMove {
 /// of the slot are written through the proxy, until the move is done or a write is refused with `stop_on`; then every
 /// acknowledged key is read back through the proxy.
 fn move_a_slot_while_writing_to_it(dashboard_settings: Vec<(&'static str, &'static str)>, stop_on: &str) -> SlotMove {
-    let opts = RealBedOptions { shards: 2, pods: 1, line: Line::V1_1, proxies: 1, dashboard_settings };
+    let opts =
+        RealBedOptions { shards: 2, pods: 1, line: Line::V1_1, proxies: 1, dashboard_settings, ..Default::default() };
     let bed = RealBed::start(&opts, action());
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     let mut proxy = bed.proxies[0].connect().expect("connect to codis-proxy");
@@ -255,6 +256,59 @@ fn sync_migration_cannot_move_a_slot_between_password_protected_pikas() {
     assert!(moved.errors.iter().any(|e| e.to_lowercase().contains("noauth")), "{:?}", moved.errors.first());
     // Reads of the slot go the same way (the proxy migrates a key before it reads it): its keys cannot be read.
     assert!(!moved.lost.is_empty(), "the stalled slot's keys were readable");
+}
+
+/// Keys written through the proxy while one replica serves other data than its master, and how many of them read
+/// back through the proxy. The replica is taken off replication by a `SLAVEOF NO ONE` sent to it directly (a replica
+/// in a full sync, or in pika's error state, is as far behind) once the dashboard's health check has put it in its
+/// group's replica groups, which the fork does by itself for every reachable server.
+fn reads_while_a_replica_is_behind(proxy_settings: Vec<(&'static str, &'static str)>) -> (usize, usize) {
+    let opts =
+        RealBedOptions { shards: 1, pods: 2, line: Line::V1_1, proxies: 1, proxy_settings, ..Default::default() };
+    let bed = RealBed::start(&opts, action());
+    run_to_completion(&bed, &["post-provision"], &bed.env(0));
+    bed.assert_registered(0, 0);
+    let replica = bed.shards[0].pod(1);
+    assert_eq!(replica.command(&["SLAVEOF", "NO", "ONE"]), "+OK");
+    let in_replica_groups = || {
+        testbed::real::codis::http_get(bed.dashboard.addr(), "/topom").ok().is_some_and(|body| {
+            let topom: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            topom.pointer("/stats/group/models").and_then(|m| m.as_array()).into_iter().flatten().any(|g| {
+                g["servers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s["server"].as_str() == Some(replica.server().as_str()) && s["replica_group"] == true)
+            })
+        })
+    };
+    // The health check runs every 10 s (sentinel_check_server_state_interval).
+    assert!(testbed::cluster::eventually(Duration::from_secs(40), in_replica_groups), "never a replica group");
+    // The proxies learn replica groups with the group's next push (any slot change or promote does it).
+    let admin = Path::new(testbed::real::INSTALL_DIR).join("codis/bin/codis-admin");
+    let out = std::process::Command::new(admin)
+        .args([&format!("--dashboard={}", bed.dashboard.addr()), "--resync-group", "--all"])
+        .output()
+        .expect("codis-admin");
+    assert!(out.status.success(), "codis-admin --resync-group: {}", describe(&out));
+    let keys = write_through_proxy(&bed, "behind", 200);
+    let missing = missing_through_proxy(&bed, &keys);
+    (keys.len() - missing.len(), keys.len())
+}
+
+#[test]
+fn the_charts_proxies_read_from_masters_only_so_a_replica_behind_serves_no_read() {
+    let chart = &testbed::real::ChartFiles::rendered().proxy_toml;
+    assert!(chart.lines().any(|l| l.trim() == "backend_primary_only = true"), "the chart's setting: {chart}");
+    let (read, written) = reads_while_a_replica_is_behind(Vec::new());
+    assert_eq!(read, written, "keys that did not read back");
+}
+
+#[test]
+fn with_replica_reads_a_replica_behind_answers_reads_with_nil() {
+    // Why the chart sets backend_primary_only: Codis' default sends reads to the group's replica groups.
+    let (read, written) = reads_while_a_replica_is_behind(vec![("backend_primary_only", "false")]);
+    assert!(read < written, "every key read back ({read} of {written}): no read went to the replica");
 }
 
 #[test]

@@ -1618,7 +1618,7 @@ impl Inner {
                 for i in 0..comp.replicas {
                     let index = lock(&self.backing).real_proxies.len();
                     let proxy =
-                        Proxy::start(&real.network, &real.servers, dashboard.addr(), &cluster, &password, index);
+                        Proxy::start(&real.network, &real.servers, dashboard.addr(), &cluster, &password, index, &[]);
                     match proxy {
                         Ok(p) => lock(&self.backing).real_proxies.push(p),
                         Err(e) => return Some(Next::Error(format!("codis-proxy {}-{i}: {e}", comp.full))),

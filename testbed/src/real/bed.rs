@@ -86,11 +86,20 @@ pub struct RealBedOptions {
     /// dashboard.toml settings (TOML values) in place of the chart's: to show what a setting the chart decided
     /// against would do.
     pub dashboard_settings: Vec<(&'static str, &'static str)>,
+    /// proxy.toml settings (TOML values) in place of the chart's, for the same reason.
+    pub proxy_settings: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for RealBedOptions {
     fn default() -> Self {
-        Self { shards: 1, pods: 1, line: Line::V1_1, proxies: 1, dashboard_settings: Vec::new() }
+        Self {
+            shards: 1,
+            pods: 1,
+            line: Line::V1_1,
+            proxies: 1,
+            dashboard_settings: Vec::new(),
+            proxy_settings: Vec::new(),
+        }
     }
 }
 
@@ -114,6 +123,7 @@ pub struct RealBed {
     pub line: Line,
     servers: Servers,
     action: PathBuf,
+    proxy_settings: Vec<(&'static str, &'static str)>,
     next_shard: usize,
     network: Network,
 }
@@ -152,6 +162,7 @@ impl RealBed {
             line: opts.line,
             servers,
             action: action.to_owned(),
+            proxy_settings: opts.proxy_settings.clone(),
             next_shard: 0,
             network,
         };
@@ -176,6 +187,7 @@ impl RealBed {
             &self.name,
             &self.password,
             self.proxies.len(),
+            &self.proxy_settings,
         )
         .unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
         self.proxies.push(proxy);

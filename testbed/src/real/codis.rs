@@ -177,7 +177,8 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts it with the chart's configuration and arguments; it comes online at `dashboard` by itself
+    /// Starts it with the chart's configuration (`settings`, TOML values, replacing the chart's) and arguments; it
+    /// comes online at `dashboard` by itself
     /// (`--dashboard`), as in the chart. Waits until it says it is online.
     ///
     /// # Errors
@@ -189,6 +190,7 @@ impl Proxy {
         product: &str,
         password: &str,
         index: usize,
+        settings: &[(&str, &str)],
     ) -> Result<Self, String> {
         let dir = network.dir().join(format!("proxy-{index}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -196,6 +198,9 @@ impl Proxy {
         let admin = format!("{}:{}", network.node(), free_port());
         let mut toml = set_toml(&ChartFiles::rendered().proxy_toml, "admin_addr", &format!("\"{admin}\""));
         toml = set_toml(&toml, "proxy_addr", &format!("\"{data}\""));
+        for (key, value) in settings {
+            toml = set_toml(&toml, key, value);
+        }
         let config = dir.join("proxy.toml");
         std::fs::write(&config, toml).map_err(|e| e.to_string())?;
         let args = vec![
