@@ -311,6 +311,42 @@ fn with_replica_reads_a_replica_behind_answers_reads_with_nil() {
     assert!(read < written, "every key read back ({read} of {written}): no read went to the replica");
 }
 
+/// Through the proxy, on one connection: `SELECT 1`, then a SET, then a SET after `SELECT 0`.
+fn select_one_through_the_proxy(proxy_settings: Vec<(&'static str, &'static str)>) -> [String; 3] {
+    let opts =
+        RealBedOptions { shards: 1, pods: 1, line: Line::V1_1, proxies: 1, proxy_settings, ..Default::default() };
+    let bed = RealBed::start(&opts, action());
+    run_to_completion(&bed, &["post-provision"], &bed.env(0));
+    let pika = bed.shards[0].pod(0).command(&["CONFIG", "GET", "databases"]);
+    assert_eq!(pika.lines().nth(1), Some("1"), "pika's databases: {pika}");
+    let mut conn = bed.proxies[0].connect().expect("connect to codis-proxy");
+    let mut reply = |args: &[&str]| conn.command(args).unwrap_or_else(|e| format!("(no reply: {e})"));
+    let select = reply(&["SELECT", "1"]);
+    let set = reply(&["SET", "db-key", "v"]);
+    let _ = reply(&["SELECT", "0"]);
+    let set0 = reply(&["SET", "db0-key", "v"]);
+    [select, set, set0]
+}
+
+#[test]
+fn the_charts_proxy_offers_the_one_database_pika_has() {
+    let chart = &testbed::real::ChartFiles::rendered().proxy_toml;
+    assert!(chart.lines().any(|l| l.trim() == "backend_number_databases = 1"), "the chart's setting: {chart}");
+    let [select, set, set0] = select_one_through_the_proxy(Vec::new());
+    assert!(select.starts_with('-'), "SELECT 1 was taken: {select}");
+    assert_eq!(set, "+OK", "the connection stays on database 0");
+    assert_eq!(set0, "+OK");
+}
+
+#[test]
+fn a_proxy_offering_more_databases_than_pika_has_takes_select_and_fails_the_writes() {
+    // Why the two settings are equal: the proxy routes database n to its own backend connections, which pika
+    // refuses to SELECT when it has fewer databases.
+    let [select, set, _] = select_one_through_the_proxy(vec![("backend_number_databases", "2")]);
+    assert_eq!(select, "+OK", "SELECT 1 through a proxy offering 2 databases");
+    assert_ne!(set, "+OK", "a write to database 1, which pika does not have, was acknowledged");
+}
+
 #[test]
 fn the_demo_runs_every_step_on_the_real_servers_reads_every_key_back_and_leaves_no_process() {
     let mut out = Vec::new();
