@@ -948,6 +948,23 @@ mod emulated {
         assert_eq!(sizes.iter().sum::<usize>(), topology.slots.len(), "[{line}] slots outside the groups: {sizes:?}");
         let (max, min) = (sizes.iter().max().copied().unwrap_or(0), sizes.iter().min().copied().unwrap_or(0));
         assert!(max - min <= 1, "[{line}] unbalanced: {sizes:?}");
+        // The cluster's password reached no Event, no action's output and no server's log.
+        let password = kb.password().expect("the cluster's password");
+        let events = serde_json::to_string(&kb.events()).expect("events as JSON");
+        assert!(!events.contains(&password), "[{line}] an Event holds the password");
+        for record in kb.actions() {
+            let said = format!("{}{}", record.stdout, record.stderr);
+            assert!(!said.contains(&password), "[{line}] {} on {} printed the password", record.action, record.pod);
+        }
+        for shard in &live {
+            for pod in &shard.pods {
+                let logs = kb.pika(&pod.name).map(|p| p.lock().unwrap().logs()).unwrap_or_default();
+                assert!(!logs.contains(&password), "[{line}] the log of {} holds the password", pod.name);
+            }
+        }
+        let log = dashboard.whole_log();
+        assert!(log.contains("product_auth"), "[{line}] the dashboard's log is not the one read");
+        assert!(!log.contains(&password), "[{line}] the dashboard's log holds the password");
     }
 
     /// Preloads keys and writes through the real proxy while `f` runs; every acknowledged key must read back.

@@ -139,6 +139,12 @@ impl Dashboard {
         tail(&self.dir.join("dashboard.log"))
     }
 
+    /// Everything it logged.
+    #[must_use]
+    pub fn whole_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("dashboard.log")).unwrap_or_default()
+    }
+
     /// What it reports now (`GET /topom`), read again while a slot entry is torn (the fork encodes its slot cache
     /// after releasing its lock, so a read racing a slot change may show `null` for that slot).
     ///
