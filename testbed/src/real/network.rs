@@ -108,18 +108,16 @@ fn clean_network(n: u8) {
 }
 
 /// Every lease operation of every run (taking, cleaning, sweeping) holds this lock: a cleaner racing another
-/// cleaner, or a lease taken while a cleaner still removes the last owner's links, would remove a live bed.
+/// cleaner, or a lease taken while a cleaner still removes the last owner's links, would remove a live bed. The lock
+/// is on the directory of the installed servers, which every bed needs and nothing removes, so that the last bed
+/// can remove the lease directory whole (a lock file in it could not go: a run waiting on it would then lock a
+/// removed file while the next run locks a new one).
 fn leases_locked() -> Result<std::fs::File, String> {
+    let path = Path::new(super::INSTALL_DIR);
+    let dir = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    dir.lock().map_err(|e| format!("{}: {e}", path.display()))?;
     std::fs::create_dir_all(LEASES).map_err(|e| format!("{LEASES}: {e}"))?;
-    let path = Path::new(LEASES).join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    file.lock().map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(file)
+    Ok(dir)
 }
 
 /// Cleans every lease whose owner no longer runs: what killed runs left behind. Under [`leases_locked`].
@@ -323,6 +321,8 @@ impl Drop for Network {
     fn drop(&mut self) {
         let _locked = leases_locked();
         clean(self.n);
+        // The last lease gone, nothing of the beds stays (removing a directory that is not empty fails).
+        let _ = std::fs::remove_dir(LEASES);
     }
 }
 
