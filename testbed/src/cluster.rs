@@ -243,6 +243,37 @@ fn shard_id(n: usize) -> String {
     format!("{}{}z", letters[n % 26] as char, n / 26)
 }
 
+/// The environment of `pika-action watch` (the failover watcher beside the dashboard) named `pod`, from a shard
+/// action's environment `action_env`: the variables it shares with the actions, then the watcher's own.
+#[must_use]
+pub fn watcher_env(
+    action_env: &BTreeMap<String, String>,
+    pod: &str,
+    detection_ms: u64,
+    probe_interval_ms: u64,
+    lease_seconds: u64,
+) -> BTreeMap<String, String> {
+    let shared = [
+        "CODIS_DASHBOARD_ADDR",
+        "CODIS_PRODUCT_NAME",
+        "ETCD_ENDPOINTS",
+        "CLUSTER_NAME",
+        "CLUSTER_NAMESPACE",
+        "PIKA_PORT",
+        "PIKA_PASSWORD",
+        "PIKA_ADDRESS_OVERRIDES",
+        "KUBEBLOCKS_LINE",
+    ];
+    let mut env: BTreeMap<String, String> =
+        shared.iter().filter_map(|k| action_env.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
+    env.insert("FAILOVER_DETECTION_MS".into(), detection_ms.to_string());
+    env.insert("WATCH_PROBE_INTERVAL_MS".into(), probe_interval_ms.to_string());
+    env.insert("WATCH_LEASE_SECONDS".into(), lease_seconds.to_string());
+    env.insert("POD_NAME".into(), pod.to_owned());
+    env.insert("ACTION_BUDGET_SECONDS".into(), "30".into());
+    env
+}
+
 /// Polls `cond` every 50 ms until it holds or `timeout` passes.
 pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -120,27 +120,7 @@ impl FailoverBed {
 
     /// The environment of `pika-action watch` named `name`, detecting a dead master after `detection_ms`.
     pub fn watch_env(&self, name: &str, detection_ms: u64) -> BTreeMap<String, String> {
-        let env = self.env(0);
-        let mut out: BTreeMap<String, String> = [
-            "CODIS_DASHBOARD_ADDR",
-            "CODIS_PRODUCT_NAME",
-            "ETCD_ENDPOINTS",
-            "CLUSTER_NAME",
-            "CLUSTER_NAMESPACE",
-            "PIKA_PORT",
-            "PIKA_PASSWORD",
-            "PIKA_ADDRESS_OVERRIDES",
-            "KUBEBLOCKS_LINE",
-        ]
-        .iter()
-        .filter_map(|k| env.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-        out.insert("FAILOVER_DETECTION_MS".into(), detection_ms.to_string());
-        out.insert("WATCH_PROBE_INTERVAL_MS".into(), (detection_ms / 4).max(10).to_string());
-        out.insert("WATCH_LEASE_SECONDS".into(), "3".into());
-        out.insert("POD_NAME".into(), name.to_owned());
-        out.insert("ACTION_BUDGET_SECONDS".into(), "30".into());
-        out
+        testbed::cluster::watcher_env(&self.env(0), name, detection_ms, (detection_ms / 4).max(10), 3)
     }
 
     /// Starts `pika-action watch` with `env`; its stderr goes to a log file.

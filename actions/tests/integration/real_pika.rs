@@ -21,14 +21,17 @@ fn bed(shards: usize, pods: u32, line: Line, proxies: usize) -> RealBed {
     RealBed::start(&RealBedOptions { shards, pods, line, proxies, ..RealBedOptions::default() }, action())
 }
 
-/// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else.
-fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTreeMap<String, String>) {
+/// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else. Returns
+/// what each run printed.
+fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
     // Ten budgets (40 s each) is far beyond what any of these operations needs on this bed: a run that still
     // exits 75 then is not progressing.
+    let mut said = Vec::new();
     for _ in 0..10 {
         let out = bed.run(args, env);
+        said.push(describe(&out));
         match out.status.code() {
-            Some(0) => return,
+            Some(0) => return said,
             Some(75) => continue,
             _ => panic!("{args:?} failed: {}\ndashboard log:\n{}", describe(&out), bed.dashboard.log()),
         }
@@ -182,12 +185,7 @@ fn move_a_slot_while_writing_to_it(dashboard_settings: Vec<(&'static str, &'stat
     let before = bed.topology();
     let from = before.slots[slot];
     let to = before.groups.iter().map(|g| g.id).find(|&g| g != from).expect("a second group");
-    let admin = Path::new(testbed::real::INSTALL_DIR).join("codis/bin/codis-admin");
-    let out = std::process::Command::new(admin)
-        .arg(format!("--dashboard={}", bed.dashboard.addr()))
-        .args(["--slot-action", "--create", &format!("--sid={slot}"), &format!("--gid={to}")])
-        .output()
-        .expect("codis-admin");
+    let out = bed.codis_admin(&["--slot-action", "--create", &format!("--sid={slot}"), &format!("--gid={to}")]);
     assert!(out.status.success(), "codis-admin --slot-action: {}", describe(&out));
 
     let (mut written, mut errors) = (0, Vec::new());
@@ -285,11 +283,7 @@ fn reads_while_a_replica_is_behind(proxy_settings: Vec<(&'static str, &'static s
     // The health check runs every 10 s (sentinel_check_server_state_interval).
     assert!(testbed::cluster::eventually(Duration::from_secs(40), in_replica_groups), "never a replica group");
     // The proxies learn replica groups with the group's next push (any slot change or promote does it).
-    let admin = Path::new(testbed::real::INSTALL_DIR).join("codis/bin/codis-admin");
-    let out = std::process::Command::new(admin)
-        .args([&format!("--dashboard={}", bed.dashboard.addr()), "--resync-group", "--all"])
-        .output()
-        .expect("codis-admin");
+    let out = bed.codis_admin(&["--resync-group", "--all"]);
     assert!(out.status.success(), "codis-admin --resync-group: {}", describe(&out));
     let keys = write_through_proxy(&bed, "behind", 200);
     let missing = missing_through_proxy(&bed, &keys);
@@ -394,16 +388,7 @@ fn unauthenticated(addr: &str, auth: &[&str], command: &[&str]) -> (Option<Strin
 #[test]
 fn only_the_password_opens_pika_and_it_reaches_no_log() {
     let bed = bed(1, 2, Line::V1_1, 1);
-    let mut outputs = Vec::new();
-    for _ in 0..10 {
-        let out = bed.run(&["post-provision"], &bed.env(0));
-        outputs.push(describe(&out));
-        match out.status.code() {
-            Some(0) => break,
-            Some(75) => continue,
-            _ => panic!("post-provision failed: {}", describe(&out)),
-        }
-    }
+    let mut outputs = run_to_completion(&bed, &["post-provision"], &bed.env(0));
     bed.assert_registered(0, 0);
     let master = bed.shards[0].pod(0);
 
@@ -587,26 +572,8 @@ fn created(shards: usize, pods: u32, line: Line) -> RealBed {
     bed
 }
 
-/// The master's ordinal of shard `index`, as Codis lists it.
-fn master_ordinal(bed: &RealBed, index: usize) -> u32 {
-    let topology = bed.topology();
-    let shard = &bed.shards[index];
-    let master = topology.group_of(&shard.pods[0].server()).and_then(|g| g.master().map(str::to_owned));
-    shard.pods.iter().find(|p| Some(p.server()) == master).map(|p| p.ordinal).expect("the shard's master")
-}
-
 fn switchover(bed: &RealBed, index: usize) {
-    let ordinal = master_ordinal(bed, index);
-    let current = bed.shards[index].pod(ordinal);
-    let env = with(
-        bed.env(index),
-        &[
-            ("KB_SWITCHOVER_CURRENT_NAME", current.name.clone()),
-            ("KB_SWITCHOVER_CURRENT_FQDN", current.fqdn.clone()),
-            ("KB_SWITCHOVER_ROLE", "master".to_owned()),
-        ],
-    );
-    run_to_completion(bed, &["switchover"], &env);
+    run_to_completion(bed, &["switchover"], &bed.switchover_env(index));
 }
 
 fn scenario_create(shards: usize, line: Line) {
@@ -627,7 +594,7 @@ fn scenario_replicas(line: Line) {
     run_to_completion(&bed, &["member-join"], &env);
     assert_healthy(&bed);
     // ... and leaves again (a replica scale-in removes the highest ordinal: switchover first if it is the master).
-    if master_ordinal(&bed, 0) == ordinal {
+    if bed.master_ordinal(0) == ordinal {
         switchover(&bed, 0);
     }
     let env = with(bed.env(0), &[("KB_LEAVE_MEMBER_POD_NAME", name), ("KB_LEAVE_MEMBER_POD_FQDN", fqdn)]);
@@ -640,9 +607,9 @@ fn scenario_replicas(line: Line) {
 fn scenario_switchover(line: Line) {
     let bed = created(2, 2, line);
     let traffic = Traffic::start(&bed, "switchover");
-    let before = master_ordinal(&bed, 0);
+    let before = bed.master_ordinal(0);
     switchover(&bed, 0);
-    assert_ne!(master_ordinal(&bed, 0), before, "the master did not move");
+    assert_ne!(bed.master_ordinal(0), before, "the master did not move");
     assert_healthy(&bed);
     traffic.finish(&bed);
 }
@@ -653,7 +620,7 @@ fn scenario_rolling_restart(line: Line) {
     let mut bed = created(2, 2, line);
     let traffic = Traffic::start(&bed, "restart");
     for index in 0..bed.shards.len() {
-        let master = master_ordinal(&bed, index);
+        let master = bed.master_ordinal(index);
         let replicas: Vec<u32> = bed.shards[index].pods.iter().map(|p| p.ordinal).filter(|&o| o != master).collect();
         for ordinal in replicas {
             bed.start_pod(index, ordinal);
@@ -673,7 +640,9 @@ fn scale_out(bed: &mut RealBed) {
             run_to_completion(bed, &["post-provision", "--own-shard"], &bed.env(index));
             run_to_completion(bed, &["shard-add"], &with(bed.env(0), &[("KB_ADD_SHARD_NAME", full)]));
         }
-        Line::V1_0 => run_to_completion(bed, &["post-provision"], &bed.env(index)),
+        Line::V1_0 => {
+            run_to_completion(bed, &["post-provision"], &bed.env(index));
+        }
     }
 }
 
@@ -691,7 +660,9 @@ fn scenario_scale_in(line: Line) {
     let index = 3;
     let full = bed.shards[index].full.clone();
     match line {
-        Line::V1_1 => run_to_completion(&bed, &["shard-remove"], &with(bed.env(0), &[("KB_REMOVE_SHARD_NAME", full)])),
+        Line::V1_1 => {
+            run_to_completion(&bed, &["shard-remove"], &with(bed.env(0), &[("KB_REMOVE_SHARD_NAME", full)]));
+        }
         Line::V1_0 => {
             let mut env = bed.env(index);
             env.extend(bed.legacy_env(&[index]));
@@ -710,7 +681,7 @@ fn scenario_scale_in(line: Line) {
 fn scenario_empty_volume(line: Line, of_master: bool) {
     let mut bed = created(2, 2, line);
     let traffic = Traffic::start(&bed, "empty");
-    let master = master_ordinal(&bed, 0);
+    let master = bed.master_ordinal(0);
     let ordinal = if of_master { master } else { 1 - master };
     let pod = bed.shards[0].pod_mut(ordinal);
     pod.stop();

@@ -315,15 +315,20 @@ impl RealBed {
     /// When the binary cannot be run.
     #[must_use]
     pub fn run(&self, args: &[&str], env: &BTreeMap<String, String>) -> Output {
-        self.network
-            .command(None, &self.action)
+        self.action_command(args, env).output().expect("run pika-action")
+    }
+
+    /// `pika-action <args>` as kbagent starts it (no shell, working directory `/`, exactly `env` plus PATH), with
+    /// the bed's names resolving as in the cluster.
+    fn action_command(&self, args: &[&str], env: &BTreeMap<String, String>) -> std::process::Command {
+        let mut command = self.network.command(None, &self.action);
+        command
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(env)
-            .current_dir("/")
-            .output()
-            .expect("run pika-action")
+            .current_dir("/");
+        command
     }
 
     /// Starts the failover watcher (`pika-action watch`) as the chart's container beside the dashboard runs it, with
@@ -334,40 +339,13 @@ impl RealBed {
     /// When it cannot be started.
     #[must_use]
     pub fn start_watcher(&self) -> Watcher {
-        let env = self.env(0);
-        let mut vars: BTreeMap<String, String> = [
-            "CODIS_DASHBOARD_ADDR",
-            "CODIS_PRODUCT_NAME",
-            "ETCD_ENDPOINTS",
-            "CLUSTER_NAME",
-            "CLUSTER_NAMESPACE",
-            "PIKA_PORT",
-            "PIKA_PASSWORD",
-            "KUBEBLOCKS_LINE",
-        ]
-        .iter()
-        .filter_map(|k| env.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-        // values.yaml `failover`: detectionMs, probeIntervalMs, leaseSeconds, budgetSeconds.
-        for (key, value) in [
-            ("POD_NAME", format!("{}-codis-dashboard-0", self.name)),
-            ("FAILOVER_DETECTION_MS", "2000".to_owned()),
-            ("WATCH_PROBE_INTERVAL_MS", "500".to_owned()),
-            ("WATCH_LEASE_SECONDS", "5".to_owned()),
-            ("ACTION_BUDGET_SECONDS", "30".to_owned()),
-        ] {
-            vars.insert(key.to_owned(), value);
-        }
+        // values.yaml `failover`: detectionMs 2000, probeIntervalMs 500, leaseSeconds 5.
+        let pod = format!("{}-codis-dashboard-0", self.name);
+        let vars = crate::cluster::watcher_env(&self.env(0), &pod, 2000, 500, 5);
         let log = self.network.dir().join("watcher.log");
         let file = std::fs::File::create(&log).expect("the watcher's log");
         let child = self
-            .network
-            .command(None, &self.action)
-            .arg("watch")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(&vars)
-            .current_dir("/")
+            .action_command(&["watch"], &vars)
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().expect("the watcher's log"))
             .stderr(file)
@@ -400,6 +378,42 @@ impl RealBed {
         walk(self.network.dir(), needle.as_bytes(), &mut found);
         found.sort();
         found
+    }
+
+    /// `codis-admin --dashboard=<the dashboard> <args>`.
+    ///
+    /// # Panics
+    /// When it cannot be run.
+    #[must_use]
+    pub fn codis_admin(&self, args: &[&str]) -> Output {
+        std::process::Command::new(&self.servers.admin)
+            .arg(format!("--dashboard={}", self.dashboard.addr()))
+            .args(args)
+            .output()
+            .expect("run codis-admin")
+    }
+
+    /// The variables of a switchover of shard `index`'s master (the pod Codis lists), as KubeBlocks gives them.
+    #[must_use]
+    pub fn switchover_env(&self, index: usize) -> BTreeMap<String, String> {
+        let current = self.shards[index].pod(self.master_ordinal(index));
+        let mut env = self.env(index);
+        env.insert("KB_SWITCHOVER_CURRENT_NAME".into(), current.name.clone());
+        env.insert("KB_SWITCHOVER_CURRENT_FQDN".into(), current.fqdn.clone());
+        env.insert("KB_SWITCHOVER_ROLE".into(), "master".into());
+        env
+    }
+
+    /// The ordinal of the pod Codis lists as shard `index`'s master.
+    ///
+    /// # Panics
+    /// When Codis lists none of the shard's pods as a group's master.
+    #[must_use]
+    pub fn master_ordinal(&self, index: usize) -> u32 {
+        let topology = self.topology();
+        let shard = &self.shards[index];
+        let master = topology.group_of(&shard.pods[0].server()).and_then(|g| g.master().map(str::to_owned));
+        shard.pods.iter().find(|p| Some(p.server()) == master).map(|p| p.ordinal).expect("the shard's master")
     }
 
     /// What the dashboard reports now.

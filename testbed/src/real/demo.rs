@@ -69,19 +69,13 @@ pub fn run(action: &Path, out: &mut dyn Write) -> usize {
 
     say!(demo, "\n== switch the first shard's master over: switchover promotes its replica through Codis");
     demo.write(&bed, "before-switchover", 200);
-    let master = master_ordinal(&bed, 0);
-    let current = bed.shards[0].pod(master);
-    let mut env = bed.env(0);
-    env.insert("KB_SWITCHOVER_CURRENT_NAME".into(), current.name.clone());
-    env.insert("KB_SWITCHOVER_CURRENT_FQDN".into(), current.fqdn.clone());
-    env.insert("KB_SWITCHOVER_ROLE".into(), "master".into());
-    demo.action(&bed, &["switchover"], &env);
+    demo.action(&bed, &["switchover"], &bed.switchover_env(0));
     demo.show(&bed);
 
     say!(demo, "\n== kill the first shard's master (SIGKILL); the failover watcher beside the dashboard replaces it");
     demo.write(&bed, "before-kill", 200);
     let watcher = bed.start_watcher();
-    let master = master_ordinal(&bed, 0);
+    let master = bed.master_ordinal(0);
     let killed = bed.shards[0].pod(master).server();
     // Keys written just before the kill may not have reached the replica (replication is asynchronous): give it
     // the time a real client's writes would have had.
@@ -252,14 +246,6 @@ fn pika_says(bed: &RealBed, server: &str) -> String {
             format!("{}, {} connected slave(s)", info_field(&info, "role").unwrap_or_default(), slaves.trim())
         }
     }
-}
-
-/// The ordinal of the pod Codis lists as shard `index`'s master.
-fn master_ordinal(bed: &RealBed, index: usize) -> u32 {
-    let topology = bed.topology();
-    let shard = &bed.shards[index];
-    let master = topology.group_of(&shard.pods[0].server()).and_then(|g| g.master().map(str::to_owned));
-    shard.pods.iter().find(|p| Some(p.server()) == master).map_or(0, |p| p.ordinal)
 }
 
 /// A pod's name, from its server address or name.

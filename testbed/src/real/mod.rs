@@ -39,6 +39,8 @@ pub struct Servers {
     pub dashboard: PathBuf,
     /// The fork's codis-proxy.
     pub proxy: PathBuf,
+    /// The fork's codis-admin.
+    pub admin: PathBuf,
 }
 
 impl Servers {
@@ -53,8 +55,9 @@ impl Servers {
             pika: dir.join("pika/bin/pika"),
             dashboard: dir.join("codis/bin/codis-dashboard"),
             proxy: dir.join("codis/bin/codis-proxy"),
+            admin: dir.join("codis/bin/codis-admin"),
         };
-        for path in [&servers.pika, &servers.dashboard, &servers.proxy] {
+        for path in [&servers.pika, &servers.dashboard, &servers.proxy, &servers.admin] {
             assert!(
                 path.is_file(),
                 "{} is not installed: run scripts/setup.sh (it installs pika v4.0.1 and Pika's Codis fork from \

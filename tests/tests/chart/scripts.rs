@@ -81,32 +81,27 @@ impl PikaStart {
         self
     }
 
-    /// Runs it with the hard open-file limit lowered to `files` (a limit can be lowered without privilege).
-    fn run_with_open_files(&self, files: u32) -> Output {
-        let p = self.dir.path();
-        Command::new("sh")
-            .args(["-c", "ulimit -n \"$1\" && exec sh \"$2\"", "sh"])
-            .arg(files.to_string())
-            .arg(script("scripts", "pika-start.sh"))
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("PIKA_CONFIG_TEMPLATE", p.join("template.conf"))
-            .env("PIKA_CONFIG_FILE", self.config())
-            .env("PIKA_ACTION", p.join("bin/pika-action"))
-            .env("PIKA_BIN", p.join("bin/pika"))
-            .env("PIKA_PASSWORD", "s3cret")
-            .output()
-            .expect("sh runs")
-    }
-
     fn config(&self) -> PathBuf {
         self.dir.path().join("data/pika.conf")
     }
 
     fn run(&self) -> Output {
+        self.command(Command::new("sh").arg(script("scripts", "pika-start.sh"))).output().expect("sh runs")
+    }
+
+    /// Runs it with the hard open-file limit lowered to `files` (a limit can be lowered without privilege).
+    fn run_with_open_files(&self, files: u32) -> Output {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", "ulimit -n \"$1\" && exec sh \"$2\"", "sh"])
+            .arg(files.to_string())
+            .arg(script("scripts", "pika-start.sh"));
+        self.command(&mut sh).output().expect("sh runs")
+    }
+
+    /// `command` with the container's environment for this pod.
+    fn command<'c>(&self, command: &'c mut Command) -> &'c mut Command {
         let p = self.dir.path();
-        Command::new("sh")
-            .arg(script("scripts", "pika-start.sh"))
+        command
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("PIKA_CONFIG_TEMPLATE", p.join("template.conf"))
@@ -114,8 +109,6 @@ impl PikaStart {
             .env("PIKA_ACTION", p.join("bin/pika-action"))
             .env("PIKA_BIN", p.join("bin/pika"))
             .env("PIKA_PASSWORD", "s3cret")
-            .output()
-            .expect("sh runs")
     }
 
     fn log(&self) -> String {
