@@ -3,8 +3,11 @@
 //!
 //! Pika is not running yet, so the role is set where pika reads it at boot: the `slaveof` item of its config file (only
 //! `CONFIG REWRITE` puts a `SLAVEOF` there). The file is edited in place: the one replication line is replaced,
-//! everything else (including pika's own `replication-id`) is kept. redis-server's `replicaof <host> <port>` syntax is
-//! handled too, since it stands in for pika in tests.
+//! everything else is kept, except that a pod told to follow a master other than the one its config names gets its
+//! `replication-id` emptied: pika then copies the master in full at boot, since nothing here can show that this pod's
+//! history is a prefix of the master's (after a failover it may hold writes the master never got, and pika's
+//! incremental sync would keep them or stop in its error state). redis-server's `replicaof <host> <port>` syntax is
+//! handled too, since it stands in for pika in tests; redis resyncs in full by itself when the histories differ.
 //!
 //! What Codis says decides ([`decide`]):
 //!
@@ -483,7 +486,9 @@ pub fn set_replication(path: &Path, master: Option<&HostPort>) -> Result<bool> {
     Ok(true)
 }
 
-/// The config text with its replication line replaced. Pika's syntax is `key : value`; redis's is `key value`.
+/// The config text with its replication line replaced. Pika's syntax is `key : value`; redis's is `key value`. A pika
+/// config that named another master (or none) also gets an empty `replication-id`, which makes pika copy the new
+/// master in full when it connects.
 #[must_use]
 pub fn with_replication(text: &str, master: Option<&HostPort>) -> String {
     let pika_syntax = text.lines().any(|l| {
@@ -494,7 +499,25 @@ pub fn with_replication(text: &str, master: Option<&HostPort>) -> String {
         let key = line.trim_start().split([' ', ':', '\t']).next().unwrap_or_default().to_ascii_lowercase();
         !line.trim_start().starts_with('#') && (key == "slaveof" || key == "replicaof")
     };
-    let mut out: Vec<String> = text.lines().filter(|l| !is_replication_line(l)).map(str::to_owned).collect();
+    let another_master = master.is_some_and(|m| {
+        persisted_master(text).is_none_or(|p| !p.eq_ignore_ascii_case(&format!("{}:{}", m.host(), m.port())))
+    });
+    let is_replication_id = |line: &str| {
+        let l = line.trim_start();
+        !l.starts_with('#')
+            && l.split([' ', ':', '\t']).next().unwrap_or_default().eq_ignore_ascii_case("replication-id")
+    };
+    let mut out: Vec<String> = text
+        .lines()
+        .filter(|l| !is_replication_line(l))
+        .map(|l| {
+            if pika_syntax && another_master && is_replication_id(l) {
+                "replication-id : ".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
     match (master, pika_syntax) {
         (Some(master), true) => out.push(format!("slaveof : {}:{}", master.host(), master.port())),
         (Some(master), false) => out.push(format!("replicaof {} {}", master.host(), master.port())),
@@ -513,11 +536,27 @@ mod tests {
 
     #[test]
     fn pika_config_gets_its_slaveof_item_replaced_and_everything_else_kept() {
-        let conf = "port : 9221\nslaveof : old-master:9221\nreplication-id : abc\n";
-        let out = with_replication(conf, Some(&HostPort::new("new-master.svc".to_owned(), 9221)));
-        assert_eq!(out, "port : 9221\nreplication-id : abc\nslaveof : new-master.svc:9221\n");
-        assert_eq!(with_replication(&out, Some(&HostPort::new("new-master.svc".to_owned(), 9221))), out, "idempotent");
+        let conf = "port : 9221\nslaveof : new-master.svc:9221\nreplication-id : abc\n";
+        let same = HostPort::new("new-master.svc".to_owned(), 9221);
+        let out = with_replication(conf, Some(&same));
+        assert_eq!(
+            out, "port : 9221\nreplication-id : abc\nslaveof : new-master.svc:9221\n",
+            "the same master keeps the ID"
+        );
+        assert_eq!(with_replication(&out, Some(&same)), out, "idempotent");
         assert_eq!(with_replication(&out, None), "port : 9221\nreplication-id : abc\nslaveof : \n");
+    }
+
+    #[test]
+    fn a_pika_config_pointed_at_another_master_loses_its_replication_id_so_pika_copies_the_master_in_full() {
+        let new = HostPort::new("new-master.svc".to_owned(), 9221);
+        let conf = "port : 9221\nslaveof : old-master:9221\nreplication-id : abc\n";
+        let out = with_replication(conf, Some(&new));
+        assert_eq!(out, "port : 9221\nreplication-id : \nslaveof : new-master.svc:9221\n");
+        assert_eq!(with_replication(&out, Some(&new)), out, "idempotent: the next run keeps what the first wrote");
+        // A master (no slaveof) that is to follow: the failover case, never trusted.
+        let conf = "replication-id : abc\nslaveof : \n";
+        assert_eq!(with_replication(conf, Some(&new)), "replication-id : \nslaveof : new-master.svc:9221\n");
     }
 
     #[test]

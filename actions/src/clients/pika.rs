@@ -15,6 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::input::address::HostPort;
+use crate::input::replication::{BinlogPosition, SyncState};
 
 /// pika's default `binlog-file-size`: the unit of the file number in `db0:binlog_offset=<file> <offset>`.
 const BINLOG_FILE_SIZE: u64 = 104_857_600;
@@ -128,9 +129,21 @@ pub struct ReplicaInfo {
     pub syncing: bool,
 }
 
+/// Which server answered: pika, or the redis-server that stands in for it in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServerKind {
+    /// pika (its layout: a `# Replication(…)` header, `ReplicationID`, binlog lines).
+    #[default]
+    Pika,
+    /// redis-server.
+    Redis,
+}
+
 /// What `INFO replication` says, in pika's or redis' layout.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replication {
+    /// Which server answered.
+    pub kind: ServerKind,
     /// The role (from the `role:` line, else the pika header; `Master` when neither is there).
     pub role: Role,
     /// The master as given to `SLAVEOF` (pika keeps the spelling; `127.0.0.1` becomes the node's own host).
@@ -139,14 +152,16 @@ pub struct Replication {
     pub master_port: Option<u16>,
     /// Whether the link to the master is up and every DB connected.
     pub link_up: bool,
+    /// How a slave's data stands with its master, the worst over its DBs; `None` on a master.
+    pub sync: Option<SyncState>,
     /// `connected_slaves`.
     pub connected_slaves: u32,
     /// The slaves the master lists.
     pub replicas: Vec<ReplicaInfo>,
     /// `is_eligible_for_master_election` (absent before pika v3.5.5).
     pub eligible: Option<bool>,
-    /// db0's binlog position `(file number, offset)` (pika only).
-    pub binlog: Option<(u64, u64)>,
+    /// db0's binlog position (pika); redis' replication offset as file 0.
+    pub position: Option<BinlogPosition>,
     /// How far this node's data goes: pika `slave_repl_offset` (its own binlog position, computed from the binlog
     /// lines on versions without it); redis `master_repl_offset` on a master, `slave_repl_offset` on a replica.
     pub offset: Option<u64>,
@@ -164,6 +179,13 @@ impl Replication {
         self.role.is_slave()
             && self.master_port == Some(master.port())
             && self.master_host.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(master.host()))
+    }
+
+    /// Whether it replicates from a master with every DB taking the binlog incrementally: pika's
+    /// `master_link_status:up` alone does not say a DB is in sync.
+    #[must_use]
+    pub fn in_sync(&self) -> bool {
+        self.role.is_slave() && self.link_up && self.sync == Some(SyncState::Connected)
     }
 
     /// The slave listed with `ip:port`.
@@ -198,6 +220,13 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
     let mut slave_repl_offset: Option<u64> = None;
     let mut master_repl_offset: Option<u64> = None;
     let mut binlog_total: Option<u64> = None;
+    let mut worst_db: Option<SyncState> = None;
+    let mut redis_full_sync = false;
+    let mut worse = |state: Option<SyncState>| {
+        if let Some(state) = state {
+            worst_db = Some(worst_db.map_or(state, |w| w.max(state)));
+        }
+    };
     // Redis replicas report their acknowledged offset; the lag needs the master's, which comes later.
     let mut acked: Vec<Option<u64>> = Vec::new();
 
@@ -226,6 +255,15 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
             "slave_repl_offset" => slave_repl_offset = value.parse().ok(),
             "master_repl_offset" => master_repl_offset = value.parse().ok(),
             "master_link_down_since_seconds" => out.never_linked = value == "-1",
+            "master_sync_in_progress" => redis_full_sync = value == "1",
+            // `(db0:WaitDBSync)(db1:Error)`, only while some DB is not connected.
+            "db_repl_state" => {
+                for group in value.split(')') {
+                    if let Some((_, state)) = group.trim().trim_start_matches('(').split_once(':') {
+                        worse(SyncState::parse(state));
+                    }
+                }
+            }
             _ if numbered(key, "db") => {
                 // Two kinds of line share the prefix: `db0:binlog_offset=F O,…` and, under `repl_connect_status:`,
                 // `db0:connected`. Redis' keyspace lines (`db0:keys=…`) land here too when given a full INFO.
@@ -233,13 +271,14 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
                     is_pika = true;
                     if let Some((file, offset)) = parse_binlog(position) {
                         if key == "db0" {
-                            out.binlog = Some((file, offset));
+                            out.position = Some(BinlogPosition::new(file, offset));
                         }
                         let bytes = file.saturating_mul(BINLOG_FILE_SIZE).saturating_add(offset);
                         binlog_total = Some(binlog_total.unwrap_or(0).saturating_add(bytes));
                     }
-                } else if !value.contains('=') && !value.eq_ignore_ascii_case("connected") {
-                    dbs_connected = false;
+                } else if !value.contains('=') {
+                    dbs_connected &= value.eq_ignore_ascii_case("connected");
+                    worse(SyncState::parse(value));
                 }
             }
             _ if numbered(key, "slave") => {
@@ -263,7 +302,14 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
     }
     let role = role_line.or(header_role);
     out.role = role.unwrap_or_default();
+    out.kind = if is_pika { ServerKind::Pika } else { ServerKind::Redis };
     out.link_up = link_status_up && dbs_connected;
+    out.sync = out.role.is_slave().then(|| {
+        let reported = if redis_full_sync { Some(SyncState::FullSync) } else { worst_db };
+        // Without a per-DB state (redis, pika before v3.5.5) the link says it.
+        let linked = if out.link_up { SyncState::Connected } else { SyncState::Connecting };
+        reported.map_or(linked, |r| r.max(linked))
+    });
     out.offset = if is_pika {
         slave_repl_offset.or(binlog_total)
     } else if out.role == Role::Master {
@@ -271,6 +317,9 @@ fn parse(info: &str) -> (Option<Role>, Replication) {
     } else {
         slave_repl_offset.or(master_repl_offset)
     };
+    if !is_pika {
+        out.position = out.offset.map(|o| BinlogPosition::new(0, o));
+    }
     (role, out)
 }
 
@@ -475,6 +524,21 @@ impl Pika {
         self.query("SLAVEOF", &cmd, None).await
     }
 
+    /// `SLAVEOF host port force` on pika: a full resync from `master` whatever the two histories are (pika's
+    /// incremental sync checks only that the replica's binlog position exists on the master). redis-server takes
+    /// no `force` and needs none: it compares replication IDs and resyncs in full by itself, so it gets the plain
+    /// form. A pika in its replication error state ignores this: send [`Pika::slaveof_no_one`] first.
+    pub async fn slaveof_full_sync(&self, master: &HostPort, kind: ServerKind) -> Result<(), Error> {
+        crate::failpoint::step("SLAVEOF force");
+        tracing::debug!(pika = %self.addr, master = %master, "slaveof, forcing a full sync");
+        let mut cmd = redis::cmd("SLAVEOF");
+        cmd.arg(master.host()).arg(master.port());
+        if kind == ServerKind::Pika {
+            cmd.arg("force");
+        }
+        self.query("SLAVEOF", &cmd, None).await
+    }
+
     /// `SLAVEOF NO ONE` (a no-op on a master). Persist with [`Pika::config_rewrite`].
     pub async fn slaveof_no_one(&self) -> Result<(), Error> {
         crate::failpoint::step("SLAVEOF NO ONE");
@@ -646,7 +710,7 @@ mod tests {
             ]
         );
         assert_eq!(r.eligible, Some(true));
-        assert_eq!(r.binlog, Some((3, 52_428_800)));
+        assert_eq!(r.position, Some(BinlogPosition::new(3, 52_428_800)));
         assert_eq!(r.offset, Some(367_001_600));
         assert_eq!(r.master_host, None);
         assert!(!r.link_up);
@@ -662,7 +726,7 @@ mod tests {
         assert_eq!(r.master_port, Some(9221));
         assert!(r.link_up);
         assert_eq!(r.eligible, Some(true));
-        assert_eq!(r.binlog, Some((3, 52_428_800)));
+        assert_eq!(r.position, Some(BinlogPosition::new(3, 52_428_800)));
         assert_eq!(r.offset, Some(367_001_600));
         assert_eq!(r.connected_slaves, 0);
         assert!(r.replicas.is_empty());
@@ -677,7 +741,7 @@ mod tests {
         assert_eq!(r.role, Role::Slave);
         assert!(!r.link_up);
         assert_eq!(r.eligible, Some(false));
-        assert_eq!(r.binlog, Some((0, 0)));
+        assert_eq!(r.position, Some(BinlogPosition::new(0, 0)));
         assert_eq!(r.offset, Some(0));
         assert!(r.follows(&HostPort::new(MASTER_FQDN.to_owned(), 9221)));
     }
@@ -685,7 +749,34 @@ mod tests {
     #[test]
     fn a_db_that_is_not_connected_keeps_the_link_down_even_if_the_status_says_up() {
         let text = fixture!("slave.txt").replace("db0:connected", "db0:connecting");
-        assert!(!parse_replication(&text).link_up);
+        let r = parse_replication(&text);
+        assert!(!r.link_up);
+        assert_eq!(r.sync, Some(SyncState::Connecting));
+        assert!(!r.in_sync());
+        let r = both_endings(fixture!("slave.txt"));
+        assert_eq!((r.kind, r.sync), (ServerKind::Pika, Some(SyncState::Connected)));
+        assert!(r.in_sync());
+    }
+
+    #[test]
+    fn pikas_error_state_and_full_sync_are_read_from_either_line_whatever_it_says_of_eligibility() {
+        // As observed on v4.0.1: a replica whose position its master refused (pika.md §8).
+        let error = "# Replication(SLAVE)\r\nrole:slave\r\nReplicationID:ab\r\nmaster_host:m\r\nmaster_port:9221\r\n\
+                     master_link_status:down\r\nrepl_connect_status:\r\ndb0:error\r\nslave_priority:100\r\n\
+                     slave_read_only:1\r\ndb_repl_state:(db0:Error)\r\nis_eligible_for_master_election:true\r\n\
+                     db0:binlog_offset=0 4242,safety_purge=none\r\n";
+        let r = parse_replication(error);
+        assert_eq!(r.sync, Some(SyncState::Error));
+        assert_eq!(r.eligible, Some(true));
+        assert!(!r.in_sync());
+        // Only the db_repl_state line says it (a layout without repl_connect_status).
+        let r = parse_replication(&error.replace("db0:error\r\n", ""));
+        assert_eq!(r.sync, Some(SyncState::Error));
+        let r = both_endings(fixture!("slave-full-sync.txt"));
+        assert_eq!(r.sync, Some(SyncState::FullSync));
+        let mut two = fixture!("slave.txt").replace("db0:connected", "db0:connected\ndb1:syncing_full");
+        two.push_str("db_repl_state:(db1:WaitDBSync)\n");
+        assert_eq!(parse_replication(&two).sync, Some(SyncState::FullSync), "the worst DB counts");
     }
 
     #[test]
@@ -707,7 +798,7 @@ mod tests {
         // No repl_connect_status section: the link status alone decides.
         assert!(r.link_up);
         assert_eq!(r.eligible, None);
-        assert_eq!(r.binlog, Some((2, 1_048_576)));
+        assert_eq!(r.position, Some(BinlogPosition::new(2, 1_048_576)));
         assert_eq!(r.offset, Some(2 * BINLOG_FILE_SIZE + 1_048_576));
 
         let r = both_endings(fixture!("v3.5.3-master.txt"));
@@ -724,7 +815,10 @@ mod tests {
         assert_eq!(r.replicas, [ReplicaInfo { ip: "127.0.0.1".into(), port: 16392, lag: Some(0), syncing: false }]);
         assert_eq!(r.offset, Some(50));
         assert_eq!(r.replication_id, None);
-        assert_eq!(r.binlog, None);
+        assert_eq!(r.kind, ServerKind::Redis);
+        assert_eq!(r.sync, None, "a master has no master to be in sync with");
+        // redis' one offset, as file 0.
+        assert_eq!(r.position, Some(BinlogPosition::new(0, 50)));
         assert_eq!(r.eligible, None);
     }
 
@@ -777,7 +871,7 @@ mod tests {
         assert_eq!(r.master_port, None);
         assert_eq!(r.connected_slaves, 0);
         assert!(r.replicas.is_empty());
-        assert_eq!(r.binlog, None);
+        assert_eq!(r.position, None);
         assert_eq!(r.offset, None);
     }
 

@@ -12,13 +12,17 @@
 //! additions and removals running in any order and overlap move no slot twice; [`rounds`] models how Codis's
 //! executor takes a queue of actions and orders the creations so that it follows the plan's schedule.
 //! Masters: [`choose_new_master`] picks whom a switchover promotes: the given candidate when it is fit, else the best
-//! fit replica (already updated by the rollout, then the smallest lag, then the ordinal rule).
+//! fit replica (already updated by the rollout, then the furthest binlog position, then the ordinal rule); [`resync`]
+//! decides whether a member pointed at a new master may sync incrementally or must copy it in full.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::input::replication::{BinlogPosition, SyncState};
+
 pub mod detector;
 pub mod keyslot;
+pub mod resync;
 pub mod rounds;
 pub mod split;
 mod toward;
@@ -581,10 +585,12 @@ pub struct MemberFacts {
     pub follows_current: bool,
     /// `master_link_status:up`.
     pub link_up: bool,
+    /// How its data stands with its master, when it says.
+    pub sync: Option<SyncState>,
     /// `is_eligible_for_master_election`, when the server reports it.
     pub eligible: Option<bool>,
-    /// How far behind the master its replication is (binlog distance); `None` when unknown, ranked last.
-    pub lag: Option<u64>,
+    /// How far its binlog goes; `None` when unknown, ranked last.
+    pub position: Option<BinlogPosition>,
     /// The dashboard's view of the server is fine (fork `state == 0`, or nothing reported).
     pub codis_state_ok: bool,
 }
@@ -599,6 +605,11 @@ impl MemberFacts {
             Some("not a slave")
         } else if !self.follows_current {
             Some("does not replicate the current master")
+        } else if self.sync == Some(SyncState::Error) {
+            // pika still reports such a replica eligible: its own flag cannot be trusted here.
+            Some("in pika's replication error state: its history differs from the master's")
+        } else if self.sync == Some(SyncState::FullSync) {
+            Some("in a full sync: it holds no consistent copy yet")
         } else if !self.link_up {
             Some("replication link is down")
         } else if self.eligible == Some(false) {
@@ -634,7 +645,8 @@ pub struct Choice {
 pub enum Basis {
     /// It was the requested candidate and is healthy.
     Candidate,
-    /// It ranked first among `healthy` healthy replicas (updated first, then lag, then the ordinal rule).
+    /// It ranked first among `healthy` healthy replicas (updated first, then binlog position, then the ordinal
+    /// rule).
     Ranked {
         /// How many healthy replicas were ranked.
         healthy: usize,
@@ -667,7 +679,7 @@ pub enum ChoiceError {
 /// With a `candidate` pod name, that member is chosen if it is healthy ([`MemberFacts::unfit_reason`]) and not the
 /// current master. Without one, the healthy replicas are ranked by: already updated in this rollout (when `rollout`
 /// is given), because a pod that will not restart again keeps the mastership for the rest of the rollout; then the
-/// smallest lag (unknown last), so the fewest writes are at risk; then the ordinal rule of tidb-operator #5643 —
+/// furthest binlog position (unknown last), so the fewest writes are at risk; then the ordinal rule of tidb-operator #5643 —
 /// the highest ordinal above the current master's, else the lowest below — which under an ordinal-descending
 /// rollout picks a pod already restarted, or failing that the one restarted last. The pod name breaks what ties
 /// remain, so the choice is deterministic.
@@ -697,10 +709,10 @@ pub fn choose_new_master(
     let healthy: Vec<&MemberFacts> = others.clone().filter(|m| m.unfit_reason().is_none()).collect();
     let best = healthy.iter().min_by_key(|m| {
         let stale = rollout.is_some_and(|r| !r.updated.contains(&m.pod));
-        let lag = (m.lag.is_none(), m.lag.unwrap_or(0));
+        let behind = (m.position.is_none(), Reverse(m.position));
         // Above the master: highest first; below: lowest first, and every pod above ranks before every pod below.
         let side = if m.ordinal > current.ordinal { (0u8, u32::MAX - m.ordinal) } else { (1u8, m.ordinal) };
-        (stale, lag, side, m.pod.as_str())
+        (stale, behind, side, m.pod.as_str())
     });
     match best {
         Some(m) => {
@@ -1573,10 +1585,16 @@ mod tests {
             role_slave: true,
             follows_current: true,
             link_up: true,
+            sync: Some(SyncState::Connected),
             eligible: Some(true),
-            lag: Some(0),
+            position: Some(behind(0)),
             codis_state_ok: true,
         }
+    }
+
+    /// The position of a replica `lag` bytes behind one at `1:1000`.
+    fn behind(lag: u64) -> BinlogPosition {
+        BinlogPosition::new(1, 1000 - lag)
     }
 
     fn master(ordinal: u32) -> MemberFacts {
@@ -1591,20 +1609,30 @@ mod tests {
             flag(),
             flag(),
             prop_oneof![Just(None), Just(Some(true)), Just(Some(false))],
-            prop_oneof![1 => Just(None), 4 => (0u64..4).prop_map(Some)],
+            prop_oneof![1 => Just(None), 4 => (0u64..4).prop_map(|l| Some(behind(l)))],
             flag(),
+            prop_oneof![
+                6 => Just(Some(SyncState::Connected)),
+                1 => Just(None),
+                1 => Just(Some(SyncState::Connecting)),
+                1 => Just(Some(SyncState::FullSync)),
+                1 => Just(Some(SyncState::Error)),
+            ],
         )
             .prop_map(
-                move |(reachable, role_slave, follows_current, link_up, eligible, lag, codis_state_ok)| MemberFacts {
-                    pod: pod(ordinal),
-                    ordinal,
-                    reachable,
-                    role_slave,
-                    follows_current,
-                    link_up,
-                    eligible,
-                    lag,
-                    codis_state_ok,
+                move |(reachable, role_slave, follows_current, link_up, eligible, position, codis_state_ok, sync)| {
+                    MemberFacts {
+                        pod: pod(ordinal),
+                        ordinal,
+                        reachable,
+                        role_slave,
+                        follows_current,
+                        link_up,
+                        sync,
+                        eligible,
+                        position,
+                        codis_state_ok,
+                    }
                 },
             )
     }
@@ -1653,8 +1681,8 @@ mod tests {
                 return ua;
             }
         }
-        match (a.lag, b.lag) {
-            (Some(la), Some(lb)) if la != lb => return la < lb,
+        match (a.position, b.position) {
+            (Some(pa), Some(pb)) if pa != pb => return pa > pb,
             (Some(_), None) => return true,
             (None, Some(_)) => return false,
             _ => {}
@@ -1670,7 +1698,13 @@ mod tests {
     }
 
     fn is_healthy(m: &MemberFacts) -> bool {
-        m.reachable && m.role_slave && m.follows_current && m.link_up && m.eligible != Some(false) && m.codis_state_ok
+        m.reachable
+            && m.role_slave
+            && m.follows_current
+            && m.link_up
+            && !matches!(m.sync, Some(SyncState::Error | SyncState::FullSync))
+            && m.eligible != Some(false)
+            && m.codis_state_ok
     }
 
     proptest! {
@@ -1730,10 +1764,19 @@ mod tests {
     fn a_candidate_is_refused_for_each_failed_check_with_its_reason() {
         type Spoil = fn(&mut MemberFacts);
         let current = master(0);
-        let cases: [(Spoil, &str); 6] = [
+        let cases: [(Spoil, &str); 8] = [
             (|m| m.reachable = false, "not reachable"),
             (|m| m.role_slave = false, "not a slave"),
             (|m| m.follows_current = false, "does not replicate the current master"),
+            // Eligible by its own word and furthest ahead: pika's error state is still disqualifying.
+            (
+                |m| {
+                    m.sync = Some(SyncState::Error);
+                    m.position = Some(BinlogPosition::new(9, 0));
+                },
+                "in pika's replication error state: its history differs from the master's",
+            ),
+            (|m| m.sync = Some(SyncState::FullSync), "in a full sync: it holds no consistent copy yet"),
             (|m| m.link_up = false, "replication link is down"),
             (|m| m.eligible = Some(false), "not eligible for master election"),
             (|m| m.codis_state_ok = false, "codis reports the server unhealthy"),
@@ -1761,7 +1804,11 @@ mod tests {
         assert_eq!(choose_new_master(&master(2), &members, None, None).unwrap().ordinal, 4);
         let members = [healthy(0), healthy(1), healthy(2), master(4)];
         assert_eq!(choose_new_master(&master(4), &members, None, None).unwrap().ordinal, 0);
-        let lagging = [MemberFacts { lag: Some(9), ..healthy(4) }, healthy(0), MemberFacts { lag: None, ..healthy(3) }];
+        let lagging = [
+            MemberFacts { position: Some(behind(9)), ..healthy(4) },
+            healthy(0),
+            MemberFacts { position: None, ..healthy(3) },
+        ];
         assert_eq!(choose_new_master(&master(2), &lagging, None, None).unwrap().ordinal, 0, "lag before ordinal");
         let rollout = RolloutFacts { updated: [pod(4)].into() };
         assert_eq!(
@@ -1799,16 +1846,15 @@ mod tests {
                 Order::Fixed(o) => o[step],
             };
             if next == master_at {
-                let members: Vec<MemberFacts> =
-                    (0..=k)
-                        .map(|o| {
-                            if o == master_at {
-                                master(o)
-                            } else {
-                                MemberFacts { lag: lags[o as usize], ..healthy(o) }
-                            }
-                        })
-                        .collect();
+                let members: Vec<MemberFacts> = (0..=k)
+                    .map(|o| {
+                        if o == master_at {
+                            master(o)
+                        } else {
+                            MemberFacts { position: lags[o as usize].map(behind), ..healthy(o) }
+                        }
+                    })
+                    .collect();
                 let choice =
                     choose_new_master(&master(master_at), &members, None, with_facts.then_some(&updated)).unwrap();
                 assert_ne!(choice.ordinal, master_at);

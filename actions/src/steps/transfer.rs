@@ -36,6 +36,8 @@ use crate::clients::pika::{self, Pika, Replication};
 use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
 use crate::input::address::HostPort;
+use crate::input::replication::SyncState;
+use crate::plan::resync::{self, Handover, MemberHistory, Resync};
 use crate::plan::{self, Basis, ChoiceError, MemberFacts, RolloutFacts};
 use crate::steps::cluster::{Session, CALL_TIMEOUT, POLL};
 
@@ -170,6 +172,12 @@ pub fn transfer_reserve(budget: Duration) -> Duration {
     TRANSFER_RESERVE.min(budget * 2 / 5)
 }
 
+/// The etcd key of group `gid`'s last [`Handover`]: `<cluster prefix>/handover/<gid>`.
+#[must_use]
+pub fn handover_key(prefix: &str, gid: u32) -> String {
+    format!("{}/handover/{gid}", prefix.trim_end_matches('/'))
+}
+
 /// The etcd key of group `gid`'s fence: `<cluster prefix>/fence/<gid>`.
 #[must_use]
 pub fn fence_key(prefix: &str, gid: u32) -> String {
@@ -244,11 +252,12 @@ pub async fn survey_within(
 
 /// The facts [`plan::choose_new_master`] ranks, for the master `from` and every other member of `group`.
 ///
-/// A replica's lag is the master's offset minus its own. When the master cannot be asked (a member-leave of a dead
-/// pod, a failover, a master restarting), no replica's link can be up, so the link is not required and the lag is
-/// measured from the most advanced replica instead: the one with the most data is the one to promote. A replica
-/// that may hold nothing then counts as not eligible (see [`member_facts_with`]): promoting it would make every
-/// other member resync from an empty master. Without knowing better, the group is taken to have held data.
+/// Replicas rank by binlog position, compared as pairs. When the master cannot be asked (a member-leave of a dead
+/// pod, a failover, a master restarting), no replica's link can be up, so the link is not required: the replica
+/// with the most data is the one to promote. A replica that may hold nothing then counts as not eligible (see
+/// [`member_facts_with`]): promoting it would make every other member resync from an empty master. Without knowing
+/// better, the group is taken to have held data. A replica in pika's error state or in a full sync is unfit
+/// whatever it says of its eligibility.
 ///
 /// The fork's health `state` vetoes only `2` (offline): `1` (one missed check) is the fork's own stale guess, which
 /// the fresh `INFO` asked here supersedes, and under this product's dormant fork settings it is not re-checked for
@@ -274,12 +283,9 @@ pub fn member_facts_with(
     infos: &BTreeMap<String, Result<Replication, String>>,
     held_data: bool,
 ) -> (MemberFacts, Vec<MemberFacts>) {
-    let master_info = infos.get(from).and_then(|r| r.as_ref().ok());
-    let master_down = master_info.is_none();
+    let master_down = infos.get(from).is_none_or(Result::is_err);
     let others: Vec<&str> =
         group.servers.iter().map(|gs| gs.server.as_str()).filter(|srv| !srv.eq_ignore_ascii_case(from)).collect();
-    let best = others.iter().filter_map(|srv| infos.get(*srv)?.as_ref().ok()?.offset).max();
-    let reference = if master_down { best } else { master_info.and_then(|i| i.offset) };
     let facts = |srv: &str| {
         let info = infos.get(srv).and_then(|r| r.as_ref().ok());
         let state_ok = group.server(srv).is_none_or(|gs| gs.state.unwrap_or(0) != 2);
@@ -292,11 +298,9 @@ pub fn member_facts_with(
             role_slave: info.is_some_and(|i| i.role.is_slave()),
             follows_current: info.is_some_and(|i| i.follows(master_dial)),
             link_up: info.is_some_and(|i| i.link_up || master_down),
+            sync: info.and_then(|i| i.sync),
             eligible: if never_synced { Some(false) } else { info.and_then(|i| i.eligible) },
-            lag: match (reference, info.and_then(|i| i.offset)) {
-                (Some(r), Some(o)) => Some(r.saturating_sub(o)),
-                _ => None,
-            },
+            position: info.and_then(|i| i.position),
             codis_state_ok: state_ok,
         }
     };
@@ -510,9 +514,40 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
             tracing::info!(gid, "group changed while preparing the transfer; looking again");
             continue;
         }
+        record_handover(s, gid, &master, &to, t.unplanned).await?;
         promote(s, gid, &to).await?;
         promoted = true;
         basis = Some(why);
+    }
+}
+
+/// Writes the [`Handover`] of `to` replacing `from`, with `to`'s replication ID and binlog position read now,
+/// before the promote: the position can only grow until the promote, so members judged against it are never
+/// wrongly trusted. A record that names a promote which then never happened only makes members resync in full.
+async fn record_handover(s: &Session<'_>, gid: u32, from: &str, to: &str, unplanned: bool) -> Result<()> {
+    let info = s.replication(to).await?;
+    let record = Handover {
+        to: to.to_owned(),
+        from: from.to_owned(),
+        unplanned,
+        replication_id: info.replication_id,
+        position: info.position.unwrap_or_default(),
+    };
+    // Strings and numbers only: serialising cannot fail, and an unreadable record only means full resyncs.
+    let value = serde_json::to_string(&record).unwrap_or_default();
+    s.etcd()?.put(&handover_key(&s.prefix(), gid), &value, None).await?;
+    Ok(())
+}
+
+/// Group `gid`'s last [`Handover`]; `None` when there is none or it cannot be read (then members resync in full).
+async fn read_handover(s: &Session<'_>, gid: u32) -> Option<Handover> {
+    let etcd = s.etcd().ok()?;
+    match etcd.get(&handover_key(&s.prefix(), gid)).await {
+        Ok(entry) => entry.and_then(|e| serde_json::from_str(&e.value).ok()),
+        Err(e) => {
+            tracing::warn!(gid, error = %e, "cannot read the group's handover record; re-pointed members resync in full");
+            None
+        }
     }
 }
 
@@ -611,10 +646,10 @@ pub(crate) async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
     let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(CATCH_UP_WAIT);
     loop {
         let (m, t) = (s.replication(master).await, s.replication(to).await);
-        match (m.ok().and_then(|i| i.offset), t.ok().and_then(|i| i.offset)) {
+        match (m.ok().and_then(|i| i.position), t.ok().and_then(|i| i.position)) {
             (Some(m), Some(t)) if t >= m => return,
             (Some(m), Some(t)) if tokio::time::Instant::now() >= deadline => {
-                tracing::warn!(to, lag = m - t, "promoting before the new master caught up");
+                tracing::warn!(to, master_at = %m, at = %t, "promoting before the new master caught up");
                 return;
             }
             (None, _) | (_, None) => return,
@@ -699,14 +734,19 @@ impl Converged {
 }
 
 /// Makes every member of group `gid` follow Codis's `servers[0]` (persisted with CONFIG REWRITE) and that server a
-/// master; a member that still has replicas waits until it has none. Re-reads the group before every round.
+/// master, and waits until each one it can reach is in sync with it. A member that still has replicas waits until it
+/// has none. A member pointed elsewhere syncs incrementally only when the group's [`Handover`] shows its history is a
+/// prefix of the master's ([`resync::resync_for`]), else it copies the master in full; a member in pika's error
+/// state is resynced in full. Re-reads the group before every round.
 ///
 /// # Errors
-/// [`Error::InProgress`] when a member still has replicas after [`DEMOTE_WAIT`] or the budget ran out (the rerun
-/// continues); pika errors other than the transient refusals; the master Codis lists being unreachable.
+/// [`Error::InProgress`] when a member still has replicas or is not in sync after [`DEMOTE_WAIT`], or the budget ran
+/// out (the rerun continues); pika errors other than the transient refusals; the master Codis lists being
+/// unreachable.
 pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
     let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(DEMOTE_WAIT);
     let mut repointed: Vec<String> = Vec::new();
+    let handover = read_handover(s, gid).await;
     loop {
         let stats = s.stats().await?;
         let group = group_of(&stats, gid)?;
@@ -716,6 +756,10 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         let master = group.master().ok_or(Refusal::NoServers { gid })?.to_owned();
         s.ensure_master(&master).await?;
         let master_at = s.dial(&master)?;
+        let replaced_at = match &handover {
+            Some(h) => Some(s.dial(&h.from)?),
+            None => None,
+        };
         // An alias stands for another group's master: never re-pointed from here.
         let others: Vec<String> = group
             .servers
@@ -726,6 +770,7 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
             .collect();
         let infos = survey(s, &others).await;
         let mut waiting = Vec::new();
+        let mut syncing = Vec::new();
         let mut unreachable = Vec::new();
         for server in &others {
             let info = match infos.get(server) {
@@ -740,29 +785,64 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
                     continue;
                 }
             };
-            match member_step(info, &master_at) {
-                MemberStep::Follows => {}
-                MemberStep::WaitForReplicas(n) => waiting.push((server.clone(), format!("{n} replica(s)"))),
-                MemberStep::Repoint => match repoint(s, server, &master_at).await {
-                    Ok(()) => {
-                        tracing::info!(server, master = %master, "pointed member at the master");
+            let how = match member_step(info, &master_at) {
+                MemberStep::Follows if info.in_sync() => continue,
+                MemberStep::Follows if info.sync == Some(SyncState::Error) => {
+                    Resync::Full("its master refused its binlog position")
+                }
+                MemberStep::Follows => {
+                    syncing.push(format!("{server} ({})", info.sync.unwrap_or(SyncState::Connecting).describe()));
+                    continue;
+                }
+                MemberStep::WaitForReplicas(n) => {
+                    waiting.push((server.clone(), format!("{n} replica(s)")));
+                    continue;
+                }
+                MemberStep::Repoint => {
+                    let history = MemberHistory {
+                        replaced_master: handover.as_ref().is_some_and(|h| h.from.eq_ignore_ascii_case(server)),
+                        follows_replaced: replaced_at.as_ref().is_some_and(|at| info.follows(at)),
+                        replication_id: info.replication_id.clone(),
+                        position: info.position,
+                        sync: info.sync,
+                    };
+                    resync::resync_for(&master, handover.as_ref(), &history)
+                }
+            };
+            match repoint(s, server, &master_at, how, info).await {
+                Ok(()) => {
+                    tracing::info!(server, master = %master, how = ?how, "pointed member at the master");
+                    if !repointed.contains(server) {
                         repointed.push(server.clone());
                     }
-                    Err(e) if e.is_transient_slaveof_refusal() => waiting.push((server.clone(), e.to_string())),
-                    Err(e) => return Err(e.into()),
-                },
+                    syncing.push(format!("{server} (just pointed at it)"));
+                }
+                Err(e) if e.is_transient_slaveof_refusal() => waiting.push((server.clone(), e.to_string())),
+                Err(e) => return Err(e.into()),
             }
         }
-        if waiting.is_empty() {
+        if waiting.is_empty() && syncing.is_empty() {
             return Ok(Converged { master, repointed, unreachable });
         }
-        let progress = format!(
-            "group {gid}: waiting for {} to lose their replicas before they can follow {master}",
-            waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
-        );
+        let mut progress = format!("group {gid}:");
+        if !waiting.is_empty() {
+            let _ = write!(
+                progress,
+                " waiting for {} to lose their replicas before they can follow {master};",
+                waiting.iter().map(|(srv, why)| format!("{srv} ({why})")).collect::<Vec<_>>().join(", ")
+            );
+        }
+        if !syncing.is_empty() {
+            let _ = write!(progress, " waiting for {} to be in sync with {master};", syncing.join(", "));
+        }
+        let progress = progress.trim_end_matches(';').to_owned();
         let out_of_time = || tokio::time::Instant::now() >= deadline || s.ctx.budget.expired();
         if out_of_time() {
             return Err(Error::InProgress { progress });
+        }
+        if waiting.is_empty() {
+            tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+            continue;
         }
         // The old master stays a master until it can be demoted: watch just the waiting ones closely, so that the
         // moment with two masters is as short as pika allows, then take the next round from a fresh read.
@@ -784,11 +864,28 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
     }
 }
 
-/// SLAVEOF then CONFIG REWRITE, so that a restart keeps the role: SLAVEOF alone changes only pika's memory.
-async fn repoint(s: &Session<'_>, server: &str, master: &HostPort) -> Result<(), pika::Error> {
+/// Points `server` (whose `INFO` reads `info`) at `master` as `how` says, then CONFIG REWRITE so that a restart keeps
+/// the role: SLAVEOF alone changes only pika's memory. A pika in its error state ignores `SLAVEOF … force` (observed,
+/// pika.md §8): it is made a master first, for the moment between the two commands (Codis never routes to it).
+async fn repoint(
+    s: &Session<'_>,
+    server: &str,
+    master: &HostPort,
+    how: Resync,
+    info: &Replication,
+) -> Result<(), pika::Error> {
     let at = pika::dial_address(server, &s.common.pika.overrides)?;
     let conn = Pika::connect(&at, s.ctx.secrets.pika_password.as_deref(), s.ctx.budget.cap(CALL_TIMEOUT)).await?;
-    conn.slaveof(master).await?;
+    match how {
+        Resync::Incremental => conn.slaveof(master).await?,
+        Resync::Full(why) => {
+            tracing::info!(server, master = %master, why, "resyncing in full");
+            if info.sync == Some(SyncState::Error) {
+                conn.slaveof_no_one().await?;
+            }
+            conn.slaveof_full_sync(master, info.kind).await?;
+        }
+    }
     conn.config_rewrite().await
 }
 
@@ -819,7 +916,7 @@ pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Durati
         }
     }
     Ok(servers.iter().skip(1).all(|srv| match infos.get(srv) {
-        Some(Ok(info)) => member_step(info, &master_at) == MemberStep::Follows,
+        Some(Ok(info)) => member_step(info, &master_at) == MemberStep::Follows && info.in_sync(),
         _ => true,
     }))
 }
@@ -829,6 +926,7 @@ mod tests {
     use super::*;
     use crate::clients::codis::GroupServer;
     use crate::clients::pika::parse_replication;
+    use crate::input::replication::BinlogPosition;
 
     const NEW: &str = "c1-pika-x7k-1.c1-pika-x7k-headless.prod.svc.cluster.local";
 
@@ -899,33 +997,71 @@ mod tests {
     }
 
     #[test]
-    fn facts_measure_lag_from_the_master_and_from_the_best_replica_when_the_master_is_gone() {
+    fn facts_carry_binlog_positions_and_the_furthest_replica_ranks_first_even_with_the_master_gone() {
         let g = group(3);
-        let slave = |offset: u64, up: &str| {
+        // slave_repl_offset folds the pair and goes backwards at a roll: server 2 is further though its fold is less.
+        let slave = |file: u64, offset: u64, up: &str| {
+            let folded = file * 104_857_600 + offset;
             Ok(pika(&format!(
                 "# Replication(SLAVE)\nrole:slave\nmaster_host:127.0.0.1\nmaster_port:7000\nmaster_link_status:{up}\n\
-                 slave_repl_offset:{offset}\n"
+                 db0:binlog_offset={file} {offset},safety_purge=none\nslave_repl_offset:{folded}\n"
             )))
         };
         let mut infos = BTreeMap::from([
             (server(0), Ok(pika("# Replication(MASTER)\nrole:master\nconnected_slaves:2\nslave_repl_offset:100\n"))),
-            (server(1), slave(90, "up")),
-            (server(2), slave(100, "up")),
+            (server(1), slave(0, 150_000_000, "up")),
+            (server(2), slave(1, 90, "up")),
         ]);
         let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
         assert_eq!((current.pod.as_str(), current.ordinal), ("c1-pika-x7k-0", 0));
-        assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(10), Some(0)]);
+        assert_eq!(
+            members.iter().map(|m| m.position).collect::<Vec<_>>(),
+            [Some(BinlogPosition::new(0, 150_000_000)), Some(BinlogPosition::new(1, 90))]
+        );
         assert!(members.iter().all(|m| m.unfit_reason().is_none()));
 
         // The master is gone: links are down, yet the most advanced replica ranks first.
         infos.insert(server(0), Err("connection refused".into()));
-        infos.insert(server(1), slave(90, "down"));
-        infos.insert(server(2), slave(95, "down"));
+        infos.insert(server(1), slave(0, 150_000_000, "down"));
+        infos.insert(server(2), slave(1, 95, "down"));
         let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
         assert!(!current.reachable);
-        assert_eq!(members.iter().map(|m| m.lag).collect::<Vec<_>>(), [Some(5), Some(0)]);
+        let choice = plan::choose_new_master(&current, &members, None, Some(&RolloutFacts::default())).unwrap();
+        assert_eq!(choice.pod, "c1-pika-x7k-2");
+        // The ordinal rule alone (server 1 is nearer) would not have picked it, had both been at one position.
+        let even = BTreeMap::from([
+            (server(0), Err("connection refused".into())),
+            (server(1), slave(1, 95, "down")),
+            (server(2), slave(1, 95, "down")),
+        ]);
+        let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &even);
         let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
         assert_eq!(choice.pod, "c1-pika-x7k-2");
+    }
+
+    #[test]
+    fn a_replica_in_pikas_error_state_is_unfit_though_it_is_further_and_says_it_is_eligible() {
+        let g = group(3);
+        let slave = |offset: u64, state: &str| {
+            Ok(pika(&format!(
+                "# Replication(SLAVE)\nrole:slave\nmaster_host:127.0.0.1\nmaster_port:7000\nmaster_link_status:down\n\
+                 repl_connect_status:\ndb0:{state}\nis_eligible_for_master_election:true\n\
+                 db0:binlog_offset=1 {offset},safety_purge=none\n"
+            )))
+        };
+        let infos = BTreeMap::from([
+            (server(0), Err("connection refused".into())),
+            (server(1), slave(50, "try_to_incr_sync")),
+            (server(2), slave(90, "error")),
+        ]);
+        let (current, members) = member_facts(&g, &server(0), &at("127.0.0.1", 7000), &infos);
+        assert_eq!(members[1].sync, Some(SyncState::Error));
+        assert_eq!(
+            members[1].unfit_reason(),
+            Some("in pika's replication error state: its history differs from the master's")
+        );
+        let choice = plan::choose_new_master(&current, &members, None, None).unwrap();
+        assert_eq!(choice.pod, "c1-pika-x7k-1");
     }
 
     #[test]

@@ -843,6 +843,133 @@ fn a_replica_pointed_back_after_diverging_resyncs_on_redis_server_and_stays_stuc
     assert_eq!(replica.command(&["EXISTS", "stray:0"]), ":1", "the stray write went: a resync happened after all");
 }
 
+/// Puts pod `ordinal` of shard 0 into pika's replication error state, as a history of its own puts a replica
+/// there: it becomes a master, takes `stray` writes nobody else gets, and is pointed back at `master` with a plain
+/// `SLAVEOF` (pika.md §8). Waits until pika says `db0:error`, and checks it still calls itself eligible.
+fn diverge(bed: &RealBed, ordinal: u32, master: u32, stray: &str) {
+    use testbed::real::pika::ReplicaState;
+    let (pod, master) = (bed.shards[0].pod(ordinal), bed.shards[0].pod(master));
+    assert_eq!(pod.command(&["SLAVEOF", "NO", "ONE"]), "+OK");
+    for n in 0..100 {
+        assert_eq!(pod.command(&["SET", &format!("{stray}:{n}"), "stray"]), "+OK");
+    }
+    assert_eq!(pod.command(&["SLAVEOF", &master.fqdn, "9221"]), "+OK");
+    let in_error = || ReplicaState::of(&pod.info_replication()).is_some_and(|s| s.db0 == "error");
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(20), in_error),
+        "{} did not enter pika's error state: {}",
+        pod.name,
+        pod.info_replication()
+    );
+    let info = pod.info_replication();
+    assert_eq!(info_field(&info, "is_eligible_for_master_election").as_deref(), Some("true"), "{info}");
+}
+
+/// Whether pod `ordinal` of shard 0 replicates `master` with its link up and `db0:connected`, holds none of the keys
+/// of `stray` and every key of `keys`.
+fn repaired(bed: &RealBed, ordinal: u32, master: u32, stray: &str, keys: &[String]) -> bool {
+    use testbed::real::pika::ReplicaState;
+    let (pod, master) = (bed.shards[0].pod(ordinal), bed.shards[0].pod(master));
+    ReplicaState::of(&pod.info_replication())
+        .is_some_and(|s| s.master_host == master.fqdn && s.link_up && s.db0 == "connected")
+        && pod.command(&["EXISTS", &format!("{stray}:0")]) == ":0"
+        && bed.missing_on(0, ordinal, keys).is_empty()
+}
+
+/// Issue 33: a replica in pika's error state still says it is eligible, but its link is down and it never gets out
+/// by itself. A replica's switchover (KubeBlocks calls one for every pod it restarts) converges the group, and
+/// converged means in sync: the replica copies its master in full, its stray writes gone, the master's keys there.
+#[test]
+fn a_replicas_switchover_resyncs_a_replica_in_pikas_error_state_in_full() {
+    let bed = created(1, 3, Line::V1_0);
+    let master = bed.master_ordinal(0);
+    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
+    let keys = write_through_proxy(&bed, "before", 200);
+    diverge(&bed, spoiled, master, "stray");
+    let pod = bed.shards[0].pod(spoiled);
+    let env = with(
+        bed.env(0),
+        &[
+            ("KB_SWITCHOVER_CURRENT_NAME", pod.name.clone()),
+            ("KB_SWITCHOVER_CURRENT_FQDN", pod.fqdn.clone()),
+            ("KB_SWITCHOVER_ROLE", "slave".into()),
+        ],
+    );
+    run_to_completion(&bed, &["switchover"], &env);
+    assert_eq!(bed.master_ordinal(0), master, "a replica's switchover moved the master");
+    let ok = testbed::cluster::eventually(Duration::from_secs(30), || repaired(&bed, spoiled, master, "stray", &keys));
+    assert!(ok, "{} was not resynced from its master: {}", pod.name, pod.info_replication());
+}
+
+/// Issue 33: a master's switchover with a replica in pika's error state. Named as the candidate it is refused (exit 2
+/// naming the variable, nothing changed); without a candidate the healthy replica is promoted although the ordinal
+/// rule prefers the other; and the replica in error, left following the old master, copies the new one in full
+/// (pointed at it with a plain `SLAVEOF` it would stay in error, or sync on from a position the new master's history
+/// does not share).
+#[test]
+fn a_masters_switchover_never_promotes_a_replica_in_pikas_error_state_and_resyncs_it_from_the_new_master() {
+    let bed = created(1, 3, Line::V1_0);
+    let master = bed.master_ordinal(0);
+    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
+    let healthy = (0..3).find(|&o| o != master && o != spoiled).expect("another replica");
+    let mut keys = write_through_proxy(&bed, "before", 200);
+    diverge(&bed, spoiled, master, "stray");
+
+    let pod = bed.shards[0].pod(spoiled);
+    let env = with(
+        bed.switchover_env(0),
+        &[("KB_SWITCHOVER_CANDIDATE_NAME", pod.name.clone()), ("KB_SWITCHOVER_CANDIDATE_FQDN", pod.fqdn.clone())],
+    );
+    let out = bed.run(&["switchover"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(describe(&out).contains("KB_SWITCHOVER_CANDIDATE"), "{}", describe(&out));
+    assert_eq!(bed.master_ordinal(0), master, "a refused switchover moved the master");
+    let state = testbed::real::pika::ReplicaState::of(&pod.info_replication());
+    assert!(state.as_ref().is_some_and(|s| s.db0 == "error"), "a refused switchover touched it: {state:?}");
+
+    switchover(&bed, 0);
+    assert_eq!(bed.master_ordinal(0), healthy, "the switchover did not promote the healthy replica");
+    keys.extend(write_through_proxy(&bed, "after", 200));
+    let ok = testbed::cluster::eventually(Duration::from_secs(30), || repaired(&bed, spoiled, healthy, "stray", &keys));
+    assert!(ok, "{} was not resynced from the new master: {}", pod.name, pod.info_replication());
+    assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new(), "keys lost through the proxy");
+}
+
+/// Issue 33: once its master is gone, a replica that was in pika's error state reads like any other (pika turns
+/// `error` into `no_connect`), says it is eligible, and is further ahead than the healthy replica (its stray
+/// writes). The failover watcher must not promote it: it promotes the healthy replica, and the one that was in
+/// error then copies the new master in full.
+#[test]
+#[ignore = "real pika: once the master is dead pika reports the replica that was in error as no_connect, and the watcher does not yet remember what it saw before (issue 33, next step)"]
+fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies() {
+    let bed = created(1, 3, Line::V1_0);
+    let master = bed.master_ordinal(0);
+    // The ordinal rule would pick the highest ordinal above the master: that one goes wrong.
+    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
+    let healthy = (0..3).find(|&o| o != master && o != spoiled).expect("another replica");
+    let keys = write_through_proxy(&bed, "before", 200);
+    let caught_up = || bed.missing_on(0, healthy, &keys).is_empty();
+    assert!(testbed::cluster::eventually(Duration::from_secs(20), caught_up), "the healthy replica never caught up");
+    let watcher = bed.start_watcher();
+    diverge(&bed, spoiled, master, "stray");
+    let killed = bed.shards[0].pod(master).server();
+    let mut bed = bed;
+    bed.shards[0].pod_mut(master).kill();
+    let moved =
+        || bed.topology().group_of(&killed).and_then(|g| g.master().map(str::to_owned)).is_some_and(|m| m != killed);
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), moved), "no failover:\n{}", watcher.log());
+    assert_eq!(
+        bed.master_ordinal(0),
+        healthy,
+        "the replica that was in pika's error state was promoted (its stray writes served, the master's lost):\n{}",
+        watcher.log()
+    );
+    let ok = testbed::cluster::eventually(Duration::from_secs(60), || repaired(&bed, spoiled, healthy, "stray", &keys));
+    let pod = bed.shards[0].pod(spoiled);
+    assert!(ok, "{} was not resynced from the new master: {}\n{}", pod.name, pod.info_replication(), watcher.log());
+    assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new(), "keys lost through the proxy");
+}
+
 // ---- through the KubeBlocks emulation, on the real servers ------------------------------------------------------
 //
 // The same operations as KubeBlocks runs them (`testbed::kubeblocks` with `real_servers`: its controllers, retries,
