@@ -40,10 +40,10 @@ pub enum Error {
         cause: String,
     },
     /// The request did not complete: connection refused, DNS failure, timeout, reset.
-    #[error("codis {endpoint}: cannot talk to the dashboard at {addr}")]
+    #[error("codis {endpoint}: cannot talk to {addr}")]
     Transport {
-        /// The dashboard.
-        addr: HostPort,
+        /// The dashboard, or the proxy asked through its admin API.
+        addr: String,
         /// Method and path, with `{xauth}` in place of the xauth.
         endpoint: String,
         /// What went wrong (its URL stripped, since the URL holds the xauth).
@@ -163,6 +163,13 @@ pub fn xauth(product: &str) -> String {
     hex::encode(&digest[..16])
 }
 
+/// The xauth a proxy takes: like [`xauth`], over `Codis-XAuth-[<product>]-[<product_auth>]-[<proxy token>]`.
+#[must_use]
+pub fn proxy_xauth(product: &str, auth: &str, token: &str) -> String {
+    let digest = Sha256::digest(format!("Codis-XAuth-[{product}]-[{auth}]-[{token}]").as_bytes());
+    hex::encode(&digest[..16])
+}
+
 /// A connected codis-dashboard whose product name and xauth are known and checked.
 #[derive(Clone)]
 pub struct Dashboard {
@@ -197,7 +204,7 @@ impl Dashboard {
             .no_proxy()
             .build()
             .map_err(|source| Error::Transport {
-                addr: addr.clone(),
+                addr: addr.to_string(),
                 endpoint: "GET /api/topom/model".into(),
                 source: source.without_url(),
             })?;
@@ -289,6 +296,37 @@ impl Dashboard {
         self.put_ok("group/resync-all", &[], None).await
     }
 
+    /// Pushes group `gid`'s slots, as the dashboard has them, to every proxy: undoes a [`Dashboard::proxy_fill_slots`].
+    pub async fn group_resync(&self, gid: u32) -> Result<(), Error> {
+        self.put_ok("group/resync", &[&gid.to_string()], None).await
+    }
+
+    // ---- a proxy's own admin API ---------------------------------------------------------------------------------
+
+    /// The slot table of the proxy with `token` whose admin API is at `at` (`GET /api/proxy/slots/{pxauth}`);
+    /// `auth` is the product's `product_auth`.
+    pub async fn proxy_slots(&self, at: &HostPort, token: &str, auth: &str) -> Result<Vec<ProxySlot>, Error> {
+        let body = self.send_to_proxy(at, token, auth, Method::GET, "slots", None).await?;
+        decode(&format!("GET {at}/api/proxy/slots/{XAUTH}"), &body)
+    }
+
+    /// Replaces these slots of `proxy`'s table (`PUT /api/proxy/fillslots/{pxauth}`), as the dashboard does. A slot
+    /// filled `locked` holds its requests at the proxy, once those already sent to its backend are answered.
+    pub async fn proxy_fill_slots(
+        &self,
+        at: &HostPort,
+        token: &str,
+        auth: &str,
+        slots: &[ProxySlot],
+    ) -> Result<(), Error> {
+        let endpoint = format!("PUT {at}/api/proxy/fillslots/{XAUTH}");
+        let body = serde_json::to_value(slots)
+            .map_err(|e| Error::Decode { endpoint: endpoint.clone(), message: e.to_string() })?;
+        crate::failpoint::step("proxy fillslots");
+        let reply = self.send_to_proxy(at, token, auth, Method::PUT, "fillslots", Some(body)).await?;
+        expect_ok(&endpoint, &reply)
+    }
+
     // ---- slots -------------------------------------------------------------------------------------------------
 
     /// Queues the migration of slots `beg..=end` to group `gid` (all or nothing).
@@ -359,11 +397,40 @@ impl Dashboard {
         tracing::debug!(dashboard = %self.addr, endpoint = %format!("PUT {path}"), "codis request");
     }
 
+    /// One request to a proxy's admin API route `/api/proxy/<name>/{pxauth}`; the xauth a proxy takes is made of the
+    /// product, its `product_auth` and the proxy's token (codis `rpc.NewXAuth`).
+    async fn send_to_proxy(
+        &self,
+        at: &HostPort,
+        token: &str,
+        auth: &str,
+        method: Method,
+        name: &str,
+        body: Option<Value>,
+    ) -> Result<String, Error> {
+        let pxauth = proxy_xauth(&self.product, auth, token);
+        let path = format!("/api/proxy/{name}/{XAUTH}");
+        self.send_at(&at.to_string(), &pxauth, method, &path, body).await
+    }
+
     /// Sends one request and returns the body of a 200 reply. `path` carries the `{xauth}` placeholder, replaced only
     /// in the URL that goes on the wire.
     async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Result<String, Error> {
+        let addr = self.addr.to_string();
+        self.send_at(&addr, &self.xauth, method, path, body).await
+    }
+
+    /// [`Dashboard::send`] to `addr` with `xauth`.
+    async fn send_at(
+        &self,
+        addr: &str,
+        xauth: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<String, Error> {
         let endpoint = format!("{method} {path}");
-        let url = format!("http://{}{}", self.addr, path.replace(XAUTH, &self.xauth));
+        let url = format!("http://{addr}{}", path.replace(XAUTH, xauth));
         let mut request = self.http.request(method, url).timeout(self.timeout);
         request = match body {
             Some(json) => request.json(&json),
@@ -371,7 +438,7 @@ impl Dashboard {
             None => request.body(""),
         };
         let transport = |source: reqwest::Error| Error::Transport {
-            addr: self.addr.clone(),
+            addr: addr.to_owned(),
             endpoint: endpoint.clone(),
             source: source.without_url(),
         };
@@ -720,6 +787,23 @@ pub struct ProxyStats {
     pub models: Vec<Proxy>,
     /// Latest health report per proxy token.
     pub stats: BTreeMap<String, ProxyStatsEntry>,
+}
+
+/// One slot of a proxy's routing table (codis `models.Slot`). Fields this product does not read are kept as they
+/// came, so a table read and filled back changes only what was meant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxySlot {
+    /// The slot.
+    pub id: u32,
+    /// Requests to it are held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub locked: bool,
+    /// The master it routes to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub backend_addr: String,
+    /// Every other field, untouched.
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
 }
 
 /// A registered codis-proxy.

@@ -152,7 +152,8 @@ group!(
         pika_port => PIKA_PORT;
         /// pika `requirepass`, if set (never printed)
         pika_password => PIKA_PASSWORD, hide_env_values;
-        /// overrides where a server address really is: `<fqdn>:<port>=<host>:<port>,...` (port-forwards, tests)
+        /// overrides where a server address really is: `<fqdn>:<port>=<host>:<port>,...`, for pika servers and codis-proxy
+        /// admin APIs (port-forwards, tests)
         pika_address_overrides => PIKA_ADDRESS_OVERRIDES;
     }
 );

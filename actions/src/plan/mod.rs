@@ -622,6 +622,20 @@ impl MemberFacts {
     }
 }
 
+impl MemberFacts {
+    /// Whether it is unfit only for now: a replica of the current master, healthy in Codis's eyes and not in pika's
+    /// error state, whose link is not up yet or that is still copying its master (a pod that just restarted).
+    #[must_use]
+    pub fn catching_up(&self) -> bool {
+        self.unfit_reason().is_some()
+            && self.reachable
+            && self.role_slave
+            && self.follows_current
+            && self.codis_state_ok
+            && self.sync != Some(SyncState::Error)
+    }
+}
+
 /// What the switchover knows about the rolling update in progress, if any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RolloutFacts {

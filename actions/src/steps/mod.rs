@@ -1,11 +1,12 @@
 //! Idempotent steps over the clients, each safe to run again after a crash at any point: the session and the
 //! cluster's topology lock ([`cluster`]), registering shards ([`register`]), moving slots toward a topology
-//! ([`rebalance`]), draining a leaving shard ([`drain`]), fenced master transfers ([`transfer`]) and the records of
-//! failovers ([`failover`]).
+//! ([`rebalance`]), draining a leaving shard ([`drain`]), fenced master transfers ([`transfer`]) with the group's
+//! writes held at the proxies while a planned one promotes ([`hold`]), and the records of failovers ([`failover`]).
 
 pub mod cluster;
 pub mod drain;
 pub mod failover;
+pub mod hold;
 pub mod rebalance;
 pub mod register;
 pub mod split;

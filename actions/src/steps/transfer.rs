@@ -131,6 +131,16 @@ pub enum Refusal {
         /// The group.
         gid: u32,
     },
+    /// With writes held, the new master did not reach the old one's binlog position in time.
+    #[error(
+        "group {gid}: {to} did not catch up with the master while writes were held; nothing promoted, writes released"
+    )]
+    NotCaughtUp {
+        /// The group.
+        gid: u32,
+        /// The chosen member.
+        to: String,
+    },
     /// A promote in progress names an index the group does not have.
     #[error("group {gid} is promoting index {index}, which it does not have")]
     PromotingNowhere {
@@ -415,6 +425,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
     let mut promoted = false;
     let mut basis = None;
     let mut attempts = 0u32;
+    let mut released_stale_hold = false;
     loop {
         s.ctx.budget.check(|| format!("transfer of group {gid}'s master away from {} in progress", t.from))?;
         attempts += 1;
@@ -468,8 +479,29 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         let (current, members) = member_facts_with(group, &master, &master_at, &infos, held_data);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
+        // A fence left by a run that stopped (this one holds the group's lock): it may have stopped while the proxies
+        // held the group's writes, so the dashboard's view is pushed to them first.
+        if fence.is_some() && !released_stale_hold {
+            crate::steps::hold::release(s, gid).await;
+            released_stale_hold = true;
+        }
         let fenced = fence.as_ref().map(|e| ServerAddr::of(&e.value).pod().to_owned());
-        let choice = decide(&current, &members, t.candidate.as_ref(), fenced.as_deref(), t.rollout)?;
+        let choice = match decide(&current, &members, t.candidate.as_ref(), fenced.as_deref(), t.rollout) {
+            // A replica that just restarted is back in sync within moments: wait for it while the budget allows
+            // (KubeBlocks deletes the master's pod whatever the switchover answers).
+            Err(Error::Transfer(Refusal::NoSuccessor { .. }))
+                if !t.unplanned
+                    && members.iter().any(MemberFacts::catching_up)
+                    && s.ctx.budget.remaining()
+                        > transfer_reserve(s.ctx.budget.elapsed() + s.ctx.budget.remaining()) + POLL =>
+            {
+                tracing::info!(gid, "no replica is in sync yet; waiting for one that is catching up");
+                attempts -= 1;
+                tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+                continue;
+            }
+            other => other?,
+        };
         let to = servers
             .iter()
             .find(|srv| ServerAddr::of(srv).pod() == choice.pod)
@@ -514,24 +546,60 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
             tracing::info!(gid, "group changed while preparing the transfer; looking again");
             continue;
         }
-        record_handover(s, gid, &master, &to, t.unplanned).await?;
-        promote(s, gid, &to).await?;
+        if t.unplanned {
+            record_handover(s, gid, &master, &to, true, None).await?;
+            promote(s, gid, &to).await?;
+        } else {
+            match promote_held(s, &fresh, gid, &master, &to).await {
+                Err(Error::Transfer(Refusal::NotCaughtUp { .. })) => continue,
+                other => other?,
+            }
+        }
         promoted = true;
         basis = Some(why);
     }
 }
 
-/// Writes the [`Handover`] of `to` replacing `from`, with `to`'s replication ID and binlog position read now,
-/// before the promote: the position can only grow until the promote, so members judged against it are never
-/// wrongly trusted. A record that names a promote which then never happened only makes members resync in full.
-async fn record_handover(s: &Session<'_>, gid: u32, from: &str, to: &str, unplanned: bool) -> Result<()> {
+/// The promote of a planned transfer, with the group's writes held at the proxies ([`crate::steps::hold`]) from
+/// before the new master's last catch-up to the end of the promote, so the new master has every write the old one
+/// acknowledged. The hold is released if anything fails before Codis takes it over.
+async fn promote_held(s: &Session<'_>, stats: &Stats, gid: u32, master: &str, to: &str) -> Result<()> {
+    use crate::steps::hold;
+    let result = async {
+        let held = hold::hold(s, stats, master).await?;
+        tracing::info!(gid, proxies = held.proxies, slots = held.slots, "writes held at the proxies");
+        let Some(at) = hold::caught_up(s, master, to).await else {
+            return Err(Refusal::NotCaughtUp { gid, to: to.to_owned() }.into());
+        };
+        record_handover(s, gid, master, to, false, Some(at)).await?;
+        promote(s, gid, to).await
+    }
+    .await;
+    if result.is_err() {
+        hold::release(s, gid).await;
+    }
+    result
+}
+
+/// Writes the [`Handover`] of `to` replacing `from`, with `to`'s replication ID and its binlog position: `at` when
+/// the caller measured it with writes held, else read now, before the promote (the position can only grow until
+/// the promote, so members judged against it are never wrongly trusted). A record that names a promote which then
+/// never happened only makes members resync in full.
+async fn record_handover(
+    s: &Session<'_>,
+    gid: u32,
+    from: &str,
+    to: &str,
+    unplanned: bool,
+    at: Option<crate::input::replication::BinlogPosition>,
+) -> Result<()> {
     let info = s.replication(to).await?;
     let record = Handover {
         to: to.to_owned(),
         from: from.to_owned(),
         unplanned,
         replication_id: info.replication_id,
-        position: info.position.unwrap_or_default(),
+        position: at.or(info.position).unwrap_or_default(),
     };
     // Strings and numbers only: serialising cannot fail, and an unreadable record only means full resyncs.
     let value = serde_json::to_string(&record).unwrap_or_default();

@@ -47,7 +47,7 @@ fn a_split_half_way_serves_every_key_through_the_donor_and_holds_off_the_donors_
     // The donor's master stays where it is while the split copies it.
     let d = (0..2).find(|&i| c.bed.gid(i) == Some(donor.id)).expect("the donor shard");
     let pod = c.bed.cluster.shards[d].pods.iter().find(|p| p.server() == donor_master).expect("the donor's master pod");
-    let mut env = c.bed.env(d);
+    let mut env = c.env(d);
     env.insert("KB_SWITCHOVER_CURRENT_NAME".into(), pod.name.clone());
     env.insert("KB_SWITCHOVER_CURRENT_FQDN".into(), pod.fqdn.clone());
     env.insert("KB_SWITCHOVER_ROLE".into(), "master".into());

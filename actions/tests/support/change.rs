@@ -59,9 +59,21 @@ impl Change {
         shards.iter().map(|&i| self.bed.gid(i).unwrap_or_else(|| panic!("shard {i} has no group"))).collect()
     }
 
+    /// The environment of shard `index`, the proxy's admin API among the overrides (a planned switchover holds
+    /// writes there).
+    pub fn env(&self, index: usize) -> Env {
+        let mut env = self.bed.env(index);
+        let overrides = env.entry("PIKA_ADDRESS_OVERRIDES".into()).or_default();
+        if !overrides.is_empty() {
+            overrides.push(',');
+        }
+        overrides.push_str(&format!("{PROXY}={}", self.proxy.addr()));
+        env
+    }
+
     /// The 1.1 environment of shard `index` with `listed` shards in `ALL_SHARDS_POD_FQDNS`.
     pub fn env_1_1(&self, index: usize, listed: &[usize]) -> Env {
-        let mut env = self.bed.env(index);
+        let mut env = self.env(index);
         env.insert("ALL_SHARDS_POD_FQDNS".into(), self.bed.cluster.all_shards_of(listed));
         env
     }

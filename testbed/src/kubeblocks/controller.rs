@@ -122,6 +122,8 @@ pub struct Inner {
     pub volumes: Mutex<BTreeMap<String, Arc<Mutex<RedisServer>>>>,
     /// Pod name → (`<fqdn>:<port>` as registered in Codis, `127.0.0.1:<port>` where its server listens).
     pub servers: Mutex<BTreeMap<String, (String, String)>>,
+    /// codis-proxy admin address as registered in Codis (`<fqdn>:<port>`) → where its double listens.
+    pub proxy_admins: Mutex<BTreeMap<String, String>>,
     /// Randomness (seeded).
     pub rng: Mutex<Rng>,
     /// Suffixes the next new shards get (tests choosing a draw).
@@ -534,8 +536,12 @@ impl Inner {
             }
         }
         if self.real.is_none() {
+            // The proxies' admin APIs too: a planned switchover holds writes there (pika-action's steps::hold).
+            let proxies = lock(&self.proxy_admins).clone();
             let overrides = lock(&self.servers)
                 .values()
+                .cloned()
+                .chain(proxies)
                 .map(|(server, addr)| format!("{server}={addr}"))
                 .collect::<Vec<_>>()
                 .join(",");
@@ -1671,6 +1677,7 @@ impl Inner {
                         overrides,
                         ..ProxyOptions::new(&cluster)
                     });
+                    lock(&self.proxy_admins).insert(admin.clone(), proxy.addr());
                     if let Some(codis) = &codis {
                         codis.set_override(&admin, &proxy.addr());
                         // What codis-proxy --dashboard does once it serves.

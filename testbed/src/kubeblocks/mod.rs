@@ -278,6 +278,7 @@ impl KubeBlocks {
             backing: Mutex::new(Backing::default()),
             volumes: Mutex::new(BTreeMap::new()),
             servers: Mutex::new(BTreeMap::new()),
+            proxy_admins: Mutex::new(BTreeMap::new()),
             rng: Mutex::new(sharding::Rng::new(seed)),
             next_suffixes: Mutex::new(Vec::new()),
             api_url: Mutex::new(String::new()),
