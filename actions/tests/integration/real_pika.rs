@@ -722,25 +722,21 @@ fn a_replica_added_and_removed_on_1_1() {
 }
 
 #[test]
-#[ignore = "real pika: a switchover lost 5 acknowledged keys in 1 of 3 runs here (the promote does not wait for pika's binlog position; issue 33)"]
 fn switchover_on_1_0() {
     scenario_switchover(Line::V1_0);
 }
 
 #[test]
-#[ignore = "real pika: a switchover lost 2 acknowledged keys in 1 of 3 runs here (the promote does not wait for pika's binlog position; issue 33)"]
 fn switchover_on_1_1() {
     scenario_switchover(Line::V1_1);
 }
 
 #[test]
-#[ignore = "real pika: a rolling restart lost 5 to 7 acknowledged keys in 2 of 3 runs here (issue 33)"]
 fn rolling_restart_on_1_0() {
     scenario_rolling_restart(Line::V1_0);
 }
 
 #[test]
-#[ignore = "real pika: a rolling restart lost 19 acknowledged keys in 1 of 3 runs, and in another the switchover found the restarted replica's link still down and exited 1 (issue 33)"]
 fn rolling_restart_on_1_1() {
     scenario_rolling_restart(Line::V1_1);
 }
@@ -1083,7 +1079,23 @@ mod emulated {
         assert!(!during.acked.is_empty(), "no write acknowledged during the step: {:?}", during.errors);
         ledger.merge(during);
         let check = ledger.verify_through_authed(&proxy, Some(&password));
-        assert!(check.is_clean(), "[{}] acknowledged keys lost: {}", kb.line().chart_value(), check.summary());
+        assert!(
+            check.is_clean(),
+            "[{}] acknowledged keys lost: {}\nswitchovers and rejoins run:\n{}",
+            kb.line().chart_value(),
+            check.summary(),
+            transfers_run(kb)
+        );
+    }
+
+    /// What each switchover and rejoin run said: the first place to look when a key went missing.
+    fn transfers_run(kb: &KubeBlocks) -> String {
+        kb.actions()
+            .iter()
+            .filter(|r| r.action == "switchover" || r.action == "rejoin")
+            .map(|r| format!("{} on {} (exit {:?}): {}{}", r.action, r.pod, r.code, r.stdout.trim(), r.stderr.trim()))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn created(line: Line, name: &str, shards: u32, replicas: u32) -> KubeBlocks {
@@ -1216,25 +1228,21 @@ mod emulated {
     }
 
     #[test]
-    #[ignore = "real pika: the Switchover OpsRequest lost 7 acknowledged keys in 1 of 2 runs here (issue 33)"]
     fn switchover_on_1_0() {
         switchover(Line::V1_0);
     }
 
     #[test]
-    #[ignore = "real pika: a switchover loses acknowledged keys in some runs (issue 33; seen on the directly driven switchover)"]
     fn switchover_on_1_1() {
         switchover(Line::V1_1);
     }
 
     #[test]
-    #[ignore = "real pika: a rolling restart loses acknowledged keys in some runs (issue 33; seen on the directly driven restart)"]
     fn rolling_restart_on_1_0() {
         rolling_restart(Line::V1_0);
     }
 
     #[test]
-    #[ignore = "real pika: a rolling restart lost 1 to 3 acknowledged keys in 2 of 3 runs here (issue 33)"]
     fn rolling_restart_on_1_1() {
         rolling_restart(Line::V1_1);
     }

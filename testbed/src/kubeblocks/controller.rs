@@ -2173,7 +2173,8 @@ impl Inner {
             if drop_volume {
                 p.lose_volume();
             } else {
-                p.kill();
+                // As the kubelet stops it: SIGTERM, then SIGKILL after the grace period.
+                p.stop();
             }
         }
         let volume =

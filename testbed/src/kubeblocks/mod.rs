@@ -34,7 +34,8 @@
 //! - the **API server** is a minimal plain-HTTP one ([`api`]) at `KUBE_API_URL` (a test-only variable).
 //!
 //! With [`Options::real_servers`] the stand-ins give way to the servers the addon ships ([`crate::real`]): each pod
-//! is a real pika v4.0.1 in its own network namespace (a volume directory kept across recreations; the pika
+//! is a real pika v4.0.1 in its own network namespace (a volume directory kept across recreations, its pika stopped
+//! on deletion with SIGTERM and a 30 s grace period, as the kubelet stops it; the pika
 //! container is the chart's `pika-start.sh`, which runs `rejoin` and execs pika, restarted with CrashLoopBackOff
 //! while it fails), etcd listens on the bed's node address, codis-dashboard and codis-proxy are the fork's, and
 //! every action and role probe runs in its pod's namespace (kbagent's place) with the cluster's names resolving and

@@ -246,8 +246,8 @@ impl RealBed {
         self.shards.remove(index);
     }
 
-    /// (Re)starts the pika container of pod `ordinal` of shard `index` (killed first if it runs), with the
-    /// environment the chart gives it now.
+    /// (Re)starts the pika container of pod `ordinal` of shard `index` (stopped first as the kubelet stops a pod, if
+    /// it runs), with the environment the chart gives it now.
     ///
     /// # Panics
     /// When it does not start (with its logs).
@@ -255,6 +255,8 @@ impl RealBed {
         let env = self.container_env(index);
         let (network, servers, action) = (&self.network, &self.servers, &self.action);
         let pod = self.shards[index].pod_mut(ordinal);
+        // A restart is a deletion and a recreation: a running pika is stopped as the kubelet stops it.
+        pod.stop();
         pod.start(network, servers, action, &env).unwrap_or_else(|e| panic!("{e}"));
     }
 
