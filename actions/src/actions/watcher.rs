@@ -24,7 +24,11 @@
 //!    process): it still says `role:master`, though Codis routes to the new one. It is probed like a master, and the
 //!    moment it answers its group is converged, which makes it follow the new master. Every group is also checked
 //!    for members that do not follow Codis's `servers[0]` every [`REPAIR_EVERY`] and converged under the group lock.
-//! 5. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
+//! 5. **Replicas out of sync.** Every replica is asked each tick how its data stands. One in pika's error state
+//!    or in a full sync is marked in etcd ([`transfer::distrust_key`]) and, in error, its group repaired (a full
+//!    resync); the mark goes once it is seen in sync. A transfer never promotes a marked replica that is not in sync
+//!    by its own word: once its master is gone, pika reports a replica that was in error like any other.
+//! 6. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
 //!    seen above zero, as having held data. `rejoin` starts an empty master with no replica left only over the first
 //!    mark, and refuses otherwise (no mark: nobody can say).
 //!
@@ -49,6 +53,7 @@ use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::Common;
+use crate::input::replication::SyncState;
 use crate::plan::detector::{Detector, Verdict};
 use crate::steps::cluster::{self, release, Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
@@ -230,6 +235,13 @@ enum JobDone {
     Repair(u32, Result<bool>),
 }
 
+/// A replica's `INFO`, asked to learn how its data stands (never to judge whether it is alive).
+struct SweepDone {
+    gid: u32,
+    server: String,
+    result: std::result::Result<(Pika, Replication), String>,
+}
+
 /// A probe's result.
 struct ProbeDone {
     server: String,
@@ -255,6 +267,10 @@ struct Leader<'a> {
     marked: BTreeMap<u32, bool>,
     failing_over: BTreeSet<u32>,
     repairing: BTreeSet<u32>,
+    /// Replicas being asked, their kept connections, and those last seen out of sync (as marked in etcd).
+    sweeping: BTreeSet<String>,
+    sweep_conns: BTreeMap<String, Pika>,
+    distrusted: BTreeMap<String, SyncState>,
     retry: BTreeMap<u32, (Instant, Duration)>,
     no_replica_warned: BTreeSet<u32>,
 }
@@ -283,6 +299,9 @@ impl<'a> Leader<'a> {
             marked: BTreeMap::new(),
             failing_over: BTreeSet::new(),
             repairing: BTreeSet::new(),
+            sweeping: BTreeSet::new(),
+            sweep_conns: BTreeMap::new(),
+            distrusted: BTreeMap::new(),
             retry: BTreeMap::new(),
             no_replica_warned: BTreeSet::new(),
         }
@@ -291,6 +310,7 @@ impl<'a> Leader<'a> {
     async fn lead(mut self, mut stop: watch::Receiver<bool>) -> Result<()> {
         self.load_marks().await;
         let mut probes: JoinSet<ProbeDone> = JoinSet::new();
+        let mut sweeps: JoinSet<SweepDone> = JoinSet::new();
         let mut jobs: JoinSet<JobDone> = JoinSet::new();
         let mut ticker = tokio::time::interval(self.settings.tick());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -312,6 +332,7 @@ impl<'a> Leader<'a> {
                         self.refresh().await;
                     }
                     self.start_probes(&mut probes);
+                    self.start_sweeps(&mut sweeps);
                     self.start_failovers(&mut jobs, now);
                     if now >= next_repair {
                         next_repair = now + REPAIR_EVERY;
@@ -324,6 +345,11 @@ impl<'a> Leader<'a> {
                 Some(done) = probes.join_next(), if !probes.is_empty() => {
                     if let Ok(done) = done {
                         self.probed(done, &mut jobs).await;
+                    }
+                }
+                Some(done) = sweeps.join_next(), if !sweeps.is_empty() => {
+                    if let Ok(done) = done {
+                        self.swept(done, &mut jobs).await;
                     }
                 }
                 Some(done) = jobs.join_next(), if !jobs.is_empty() => {
@@ -340,7 +366,70 @@ impl<'a> Leader<'a> {
         }
     }
 
-    /// Groups with a held-data mark already, so each is written once.
+    /// Asks every replica of every group (one question at a time each) how its data stands.
+    fn start_sweeps(&mut self, sweeps: &mut JoinSet<SweepDone>) {
+        let replicas: Vec<(u32, String)> = self
+            .groups
+            .iter()
+            .flat_map(|(gid, view)| {
+                view.model.servers.iter().skip(1).map(move |gs| (*gid, gs.server.to_ascii_lowercase()))
+            })
+            .filter(|(_, server)| !ServerAddr::of(server).is_alias())
+            .collect();
+        for (gid, server) in replicas {
+            if !self.sweeping.insert(server.clone()) {
+                continue;
+            }
+            let conn = self.sweep_conns.remove(&server);
+            let dial = pika::dial_address(&server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
+            let password = self.ctx.secrets.pika_password.clone();
+            let timeout = self.settings.detection;
+            sweeps.spawn(async move {
+                let result = tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
+                SweepDone { gid, server, result }
+            });
+        }
+    }
+
+    /// Keeps the etcd marks of replicas out of sync up to date: a replica seen in pika's error state or a full sync
+    /// is marked (and its group repaired), one seen in sync is cleared. A failover reads the marks, because once the
+    /// master is gone pika reports such a replica like any other.
+    async fn swept(&mut self, done: SweepDone, jobs: &mut JoinSet<JobDone>) {
+        self.sweeping.remove(&done.server);
+        let Ok((conn, info)) = done.result else { return };
+        self.sweep_conns.insert(done.server.clone(), conn);
+        let key = transfer::distrust_key(&self.prefix, &done.server);
+        match info.sync {
+            Some(state @ (SyncState::Error | SyncState::FullSync)) => {
+                if self.distrusted.get(&done.server) != Some(&state) {
+                    match self.etcd.put(&key, state_word(state), None).await {
+                        Ok(_) => {
+                            tracing::warn!(server = %done.server, gid = done.gid, state = state.describe(), "replica out of sync: never promoted until it is in sync again");
+                            self.distrusted.insert(done.server.clone(), state);
+                        }
+                        Err(e) => {
+                            tracing::warn!(server = %done.server, error = %e, "could not mark the replica out of sync")
+                        }
+                    }
+                }
+                if state == SyncState::Error {
+                    self.start_repair(jobs, done.gid, false);
+                }
+            }
+            _ if info.in_sync() && self.distrusted.contains_key(&done.server) => match self.etcd.delete(&key).await {
+                Ok(_) => {
+                    tracing::info!(server = %done.server, "replica in sync again");
+                    self.distrusted.remove(&done.server);
+                }
+                Err(e) => tracing::warn!(server = %done.server, error = %e, "could not clear the replica's mark"),
+            },
+            _ => {}
+        }
+    }
+
+    /// Groups with a held-data mark already, so each is written once; replicas marked out of sync.
     async fn load_marks(&mut self) {
         let dir = format!("{}/held-data/", self.prefix.trim_end_matches('/'));
         if let Ok(list) = self.etcd.list(&dir).await {
@@ -350,6 +439,13 @@ impl<'a> Leader<'a> {
                     let gid = k.strip_prefix(&dir)?.parse().ok()?;
                     Some((gid, failover::HeldData::of(Some(&e.value)) == failover::HeldData::Held))
                 })
+                .collect();
+        }
+        let dir = format!("{}/distrust/", self.prefix.trim_end_matches('/'));
+        if let Ok(list) = self.etcd.list(&dir).await {
+            self.distrusted = list
+                .iter()
+                .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
                 .collect();
         }
     }
@@ -387,6 +483,9 @@ impl<'a> Leader<'a> {
         self.detector.watch(watched);
         let watched: BTreeSet<String> = self.detector.servers().map(str::to_owned).collect();
         self.conns.retain(|s, _| watched.contains(s));
+        let replicas: BTreeSet<String> =
+            models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
+        self.sweep_conns.retain(|s, _| replicas.contains(s));
         // The stats just read and dropped were most of what this process ever allocated.
         crate::allocator::give_back_free_memory();
     }
@@ -567,6 +666,16 @@ impl<'a> Leader<'a> {
                 }
             }
         }
+    }
+}
+
+/// How a mark names the state it saw (read back with [`SyncState::parse`]).
+fn state_word(state: SyncState) -> &'static str {
+    match state {
+        SyncState::Connected => "connected",
+        SyncState::Connecting => "connecting",
+        SyncState::FullSync => "syncing_full",
+        SyncState::Error => "error",
     }
 }
 

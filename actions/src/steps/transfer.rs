@@ -188,6 +188,41 @@ pub fn handover_key(prefix: &str, gid: u32) -> String {
     format!("{}/handover/{gid}", prefix.trim_end_matches('/'))
 }
 
+/// The etcd key under which the failover watcher marks `server` as last seen out of sync with its master (pika's
+/// error state or a full sync): `<cluster prefix>/distrust/<server>`.
+#[must_use]
+pub fn distrust_key(prefix: &str, server: &str) -> String {
+    format!("{}/distrust/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
+}
+
+/// The servers the watcher last saw out of sync, with what it saw. Empty when etcd cannot say: the members' own
+/// `INFO` still decides then.
+async fn distrusted(s: &Session<'_>) -> BTreeMap<String, SyncState> {
+    let Ok(etcd) = s.etcd() else { return BTreeMap::new() };
+    let dir = format!("{}/distrust/", s.prefix().trim_end_matches('/'));
+    match etcd.list(&dir).await {
+        Ok(list) => list
+            .into_iter()
+            .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read which members the watcher saw out of sync");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// What the watcher saw before the master died counts where the member's own `INFO` no longer can tell: pika turns
+/// a replica's `error` into `no_connect` once its master is gone. A member in sync now is judged by what it says.
+fn apply_distrust(members: &mut [MemberFacts], servers: &[String], seen: &BTreeMap<String, SyncState>) {
+    for member in members.iter_mut().filter(|m| m.sync != Some(SyncState::Connected)) {
+        let server = servers.iter().find(|srv| ServerAddr::of(srv).pod() == member.pod);
+        if let Some(state) = server.and_then(|srv| seen.get(&srv.to_ascii_lowercase())) {
+            member.sync = Some(member.sync.map_or(*state, |live| live.max(*state)));
+        }
+    }
+}
+
 /// The etcd key of group `gid`'s fence: `<cluster prefix>/fence/<gid>`.
 #[must_use]
 pub fn fence_key(prefix: &str, gid: u32) -> String {
@@ -476,7 +511,8 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         let master_at = s.dial(&master)?;
         let held_data =
             if infos.get(&master).is_some_and(Result::is_ok) { true } else { group_held_data(s, gid).await };
-        let (current, members) = member_facts_with(group, &master, &master_at, &infos, held_data);
+        let (current, mut members) = member_facts_with(group, &master, &master_at, &infos, held_data);
+        apply_distrust(&mut members, &servers, &distrusted(s).await);
         let key = fence_key(&s.prefix(), gid);
         let fence = s.etcd()?.get(&key).await?;
         // A fence left by a run that stopped (this one holds the group's lock): it may have stopped while the proxies
@@ -566,13 +602,18 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
 async fn promote_held(s: &Session<'_>, stats: &Stats, gid: u32, master: &str, to: &str) -> Result<()> {
     use crate::steps::hold;
     let result = async {
+        let since = std::time::Instant::now();
         let held = hold::hold(s, stats, master).await?;
         tracing::info!(gid, proxies = held.proxies, slots = held.slots, "writes held at the proxies");
         let Some(at) = hold::caught_up(s, master, to).await else {
             return Err(Refusal::NotCaughtUp { gid, to: to.to_owned() }.into());
         };
+        let caught_up_ms = since.elapsed().as_millis();
         record_handover(s, gid, master, to, false, Some(at)).await?;
-        promote(s, gid, to).await
+        promote(s, gid, to).await?;
+        // Codis's promote ends by routing the slots, unlocked, to the new master: the hold ends here.
+        tracing::info!(gid, caught_up_ms, held_ms = since.elapsed().as_millis(), at = %at, "promoted with writes held");
+        Ok(())
     }
     .await;
     if result.is_err() {

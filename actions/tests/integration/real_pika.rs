@@ -936,7 +936,6 @@ fn a_masters_switchover_never_promotes_a_replica_in_pikas_error_state_and_resync
 /// writes). The failover watcher must not promote it: it promotes the healthy replica, and the one that was in
 /// error then copies the new master in full.
 #[test]
-#[ignore = "real pika: once the master is dead pika reports the replica that was in error as no_connect, and the watcher does not yet remember what it saw before (issue 33, next step)"]
 fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies() {
     let bed = created(1, 3, Line::V1_0);
     let master = bed.master_ordinal(0);
@@ -948,6 +947,13 @@ fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies()
     assert!(testbed::cluster::eventually(Duration::from_secs(20), caught_up), "the healthy replica never caught up");
     let watcher = bed.start_watcher();
     diverge(&bed, spoiled, master, "stray");
+    // The master dies the moment the watcher has seen the replica in error (its repair, a full resync, takes longer).
+    let seen = || watcher.log().contains("replica out of sync");
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(10), seen),
+        "the watcher never saw it:\n{}",
+        watcher.log()
+    );
     let killed = bed.shards[0].pod(master).server();
     let mut bed = bed;
     bed.shards[0].pod_mut(master).kill();
