@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
 use crate::input::event::Common;
-use crate::input::replication::SyncState;
+use crate::input::replication::{BinlogPosition, SyncState};
 use crate::plan::detector::{Detector, Verdict};
 use crate::steps::cluster::{self, release, Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
@@ -263,6 +263,7 @@ struct Leader<'a> {
     /// Old masters replaced by a failover, by group: repaired the moment they answer.
     deposed: BTreeMap<String, u32>,
     offsets: BTreeMap<String, u64>,
+    positions: BTreeMap<String, BinlogPosition>,
     /// Held-data marks written or read, by group: whether the group held data.
     marked: BTreeMap<u32, bool>,
     failing_over: BTreeSet<u32>,
@@ -296,6 +297,7 @@ impl<'a> Leader<'a> {
             groups: BTreeMap::new(),
             deposed: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            positions: BTreeMap::new(),
             marked: BTreeMap::new(),
             failing_over: BTreeSet::new(),
             repairing: BTreeSet::new(),
@@ -538,6 +540,9 @@ impl<'a> Leader<'a> {
                 if was_failing {
                     tracing::info!(server = %done.server, "answers again");
                 }
+                if let Some(position) = info.position {
+                    self.positions.insert(done.server.clone(), position);
+                }
                 if let Some(offset) = info.offset {
                     self.offsets.insert(done.server.clone(), offset);
                     if let Some(gid) = self.master_of(&done.server) {
@@ -602,7 +607,7 @@ impl<'a> Leader<'a> {
                 dead: server.clone(),
                 why,
                 found: since,
-                last_offset: self.offsets.get(&server).copied(),
+                last_position: self.positions.get(&server).copied(),
                 identity: self.settings.identity.clone(),
                 kube_api: self.settings.kube_api.clone(),
             };
@@ -709,7 +714,7 @@ struct FailoverJob {
     dead: String,
     why: String,
     found: Instant,
-    last_offset: Option<u64>,
+    last_position: Option<BinlogPosition>,
     identity: String,
     kube_api: Option<String>,
 }
@@ -769,7 +774,11 @@ impl FailoverJob {
         if !outcome.promoted {
             return Ok(None);
         }
-        let new_offset = s.replication(&outcome.master).await.ok().and_then(|i| i.offset);
+        // Where the new master stood at its promotion, as the transfer measured it just before.
+        let promoted_at = transfer::read_handover(s, gid)
+            .await
+            .filter(|h| h.to.eq_ignore_ascii_case(&outcome.master))
+            .map(|h| h.position);
         Ok(Some(FailoverRecord {
             gid,
             at: failover::now_rfc3339(),
@@ -778,8 +787,8 @@ impl FailoverJob {
             why: format!("{}; {}", self.why, outcome.basis.clone().unwrap_or_default()),
             by: format!("watcher {}", self.identity),
             took_ms: u64::try_from(self.found.elapsed().as_millis()).unwrap_or(u64::MAX),
-            lag_bytes: match (self.last_offset, new_offset) {
-                (Some(old), Some(new)) => Some(old.saturating_sub(new)),
+            lag_bytes: match (self.last_position, promoted_at) {
+                (Some(old), Some(new)) => Some(old.bytes_after(new)),
                 _ => None,
             },
         }))

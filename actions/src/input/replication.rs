@@ -26,6 +26,26 @@ impl BinlogPosition {
     }
 }
 
+impl BinlogPosition {
+    /// Bytes from `earlier` to here, counting each whole file in between as pika's default `binlog-file-size`
+    /// (100 MiB): a file rolls only once it has grown past that size, so this never counts more than there is.
+    /// Zero when `earlier` is not before this position.
+    #[must_use]
+    pub fn bytes_after(self, earlier: Self) -> u64 {
+        const FILE_SIZE: u64 = 104_857_600;
+        if self <= earlier {
+            0
+        } else if self.file == earlier.file {
+            self.offset - earlier.offset
+        } else {
+            // The rest of the earlier file (at least), the files in between, and this file so far.
+            let rest = FILE_SIZE.saturating_sub(earlier.offset);
+            let between = (self.file - earlier.file - 1).saturating_mul(FILE_SIZE);
+            rest.saturating_add(between).saturating_add(self.offset)
+        }
+    }
+}
+
 impl fmt::Display for BinlogPosition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.file, self.offset)
@@ -85,6 +105,15 @@ mod tests {
         assert!(BinlogPosition::new(1, 5) > BinlogPosition::new(0, 150 << 20));
         assert!(BinlogPosition::new(2, 10) > BinlogPosition::new(2, 9));
         assert_eq!(BinlogPosition::new(3, 7).to_string(), "3:7");
+    }
+
+    #[test]
+    fn the_distance_between_positions_never_counts_more_than_there_is() {
+        assert_eq!(BinlogPosition::new(2, 90).bytes_after(BinlogPosition::new(2, 40)), 50);
+        assert_eq!(BinlogPosition::new(2, 40).bytes_after(BinlogPosition::new(2, 90)), 0, "not before");
+        // Across a roll: the earlier file held at least 100 MiB.
+        assert_eq!(BinlogPosition::new(3, 10).bytes_after(BinlogPosition::new(2, 104_857_500)), 110);
+        assert_eq!(BinlogPosition::new(4, 0).bytes_after(BinlogPosition::new(2, 104_857_600)), 104_857_600);
     }
 
     #[test]

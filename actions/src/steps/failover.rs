@@ -46,8 +46,9 @@ pub struct FailoverRecord {
     pub by: String,
     /// From the moment the old master was found gone to the new master's confirmation, in milliseconds.
     pub took_ms: u64,
-    /// The last replication offset seen on the old master minus the new master's at promotion, when both are
-    /// known: an upper bound of what the old master had acknowledged and the new one lacked.
+    /// How far the new master's binlog was, at its promotion, behind the old master's at the old master's last
+    /// answer, when both are known: a lower bound of what the old master had acknowledged and the new one lacked,
+    /// since writes the old master took after its last answer cannot be counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<u64>,
 }
@@ -56,7 +57,12 @@ impl FailoverRecord {
     /// One line, for logs, Events and `topology`.
     #[must_use]
     pub fn describe(&self) -> String {
-        let lag = self.lag_bytes.map(|l| format!(", replication lag at most {l} bytes")).unwrap_or_default();
+        let lag = self
+            .lag_bytes
+            .map(|l| {
+                format!(", replication lag at least {l} bytes (writes after the master's last answer not counted)")
+            })
+            .unwrap_or_default();
         format!(
             "group {}: {} replaced {} as master at {} ({}; by {}, {} ms{lag})",
             self.gid, self.to, self.from, self.at, self.why, self.by, self.took_ms

@@ -649,7 +649,7 @@ async fn record_handover(
 }
 
 /// Group `gid`'s last [`Handover`]; `None` when there is none or it cannot be read (then members resync in full).
-async fn read_handover(s: &Session<'_>, gid: u32) -> Option<Handover> {
+pub async fn read_handover(s: &Session<'_>, gid: u32) -> Option<Handover> {
     let etcd = s.etcd().ok()?;
     match etcd.get(&handover_key(&s.prefix(), gid)).await {
         Ok(entry) => entry.and_then(|e| serde_json::from_str(&e.value).ok()),

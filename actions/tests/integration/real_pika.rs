@@ -972,6 +972,107 @@ fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies()
     assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new(), "keys lost through the proxy");
 }
 
+/// A writer through the bed's proxy at the pace of [`Traffic`], keys named `<prefix>:…`.
+fn writer(bed: &RealBed, prefix: &str) -> Workload {
+    let writer = Workload::start(WorkloadOptions {
+        prefix: prefix.to_owned(),
+        auth: Some(bed.password.clone()),
+        pace: Duration::from_millis(2),
+        ..WorkloadOptions::through(&[bed.proxies[0].data_addr().to_owned()])
+    });
+    assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "the writer got no write through the proxy");
+    writer
+}
+
+/// Waits until Codis lists a master other than `killed` for shard 0; returns its ordinal.
+fn failed_over(bed: &RealBed, killed: u32, watcher: &testbed::real::bed::Watcher) -> u32 {
+    let dead = bed.shards[0].pod(killed).server();
+    let moved =
+        || bed.topology().group_of(&dead).and_then(|g| g.master().map(str::to_owned)).is_some_and(|m| m != dead);
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), moved), "no failover:\n{}", watcher.log());
+    bed.master_ordinal(0)
+}
+
+/// Issue 33: failover after failover. A master is SIGKILLed with writes in flight, so it may hold writes its
+/// replicas never got; the watcher promotes a replica; the killed pod comes back through `rejoin` and must copy the
+/// new master in full (pointed at it incrementally it would keep its stray writes or stop in pika's error state,
+/// yet say it is eligible). Then the new master is killed too. Whoever is promoted the second time must hold every
+/// key preloaded before and acknowledged between the two failovers. Only writes the first master alone took (its
+/// replicas hung) may go, and the watcher must report a lag for them, as a lower bound (it cannot see writes after
+/// the master's last answer).
+#[test]
+fn a_failover_after_a_failover_promotes_no_stale_server_and_loses_no_key_written_between() {
+    let mut bed = created(1, 3, Line::V1_0);
+    let preload: Vec<String> = (0..1000).map(|n| format!("twice:pre:{n}")).collect();
+    let preloaded =
+        Ledger::write_keys_authed(bed.proxies[0].data_addr(), Some(&bed.password), &preload).expect("preload");
+    let watcher = bed.start_watcher();
+    let before = writer(&bed, "twice:a");
+    let first = bed.master_ordinal(0);
+    // The replicas hang for a moment: the master alone takes the writes acknowledged meanwhile.
+    let replicas: Vec<u32> = (0..3).filter(|&o| o != first).collect();
+    for &o in &replicas {
+        bed.shards[0].pod(o).freeze();
+    }
+    let acked = before.acked();
+    assert!(before.wait_for_acked(acked + 100, Duration::from_secs(20)), "no write while the replicas hung");
+    bed.shards[0].pod_mut(first).kill();
+    for &o in &replicas {
+        bed.shards[0].pod(o).thaw();
+    }
+    let second = failed_over(&bed, first, &watcher);
+    let before = before.stop();
+
+    // Between the failovers: a second writer, on while the first master comes back.
+    let between = writer(&bed, "twice:b");
+    bed.start_pod(0, first);
+    let master_fqdn = bed.shards[0].pod(second).fqdn.clone();
+    let in_sync = || {
+        testbed::real::pika::ReplicaState::of(&bed.shards[0].pod(first).info_replication())
+            .is_some_and(|s| s.master_host == master_fqdn && s.link_up && s.db0 == "connected")
+    };
+    let synced = testbed::cluster::eventually(Duration::from_secs(60), in_sync);
+    assert!(synced, "the first master never synced from the second: {}", bed.shards[0].pod(first).info_replication());
+    let between = between.stop();
+    // Every write acknowledged so far reached the replicas: wait for them, so the second kill loses nothing.
+    let third = (0..3).find(|&o| o != first && o != second).expect("a third pod");
+    for ordinal in [first, third] {
+        let mut conn = bed.shards[0].pod(ordinal).connect();
+        let caught_up =
+            || between.acked.iter().all(|(k, v)| conn.command(&["GET", k]).ok().as_deref() == Some(v.as_str()));
+        assert!(testbed::cluster::eventually(Duration::from_secs(30), caught_up), "pod {ordinal} never caught up");
+    }
+
+    bed.shards[0].pod_mut(second).kill();
+    let promoted = failed_over(&bed, second, &watcher);
+    assert_ne!(promoted, second);
+    let proxy = bed.proxies[0].data_addr().to_owned();
+    let mut kept = preloaded;
+    kept.merge(between);
+    let check = kept.verify_through_authed(&proxy, Some(&bed.password));
+    assert!(
+        check.is_clean(),
+        "keys acknowledged before the first kill or between the kills lost after promoting pod {promoted}: {}\n{}",
+        check.summary(),
+        watcher.log()
+    );
+    // Writes the first master alone took may go with it (asynchronous replication): no failover can keep them.
+    let lost = before.verify_through_authed(&proxy, Some(&bed.password));
+    eprintln!("writes of the first writer lost with the first master: {} of {}", lost.lost.len(), lost.checked);
+    assert!(lost.wrong.is_empty() && lost.errors.is_empty(), "{}", lost.summary());
+    // The watcher cannot see writes after the master's last answer: it reports the lag it saw as a lower bound.
+    if !lost.lost.is_empty() {
+        let reported =
+            watcher.log().lines().any(|l| l.contains("failover done") && l.contains("replication lag at least"));
+        assert!(
+            reported,
+            "{} keys went with the first master and no lag was reported:\n{}",
+            lost.lost.len(),
+            watcher.log()
+        );
+    }
+}
+
 // ---- through the KubeBlocks emulation, on the real servers ------------------------------------------------------
 //
 // The same operations as KubeBlocks runs them (`testbed::kubeblocks` with `real_servers`: its controllers, retries,

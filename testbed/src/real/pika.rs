@@ -163,6 +163,22 @@ impl PikaPod {
         )
     }
 
+    /// SIGSTOP: a pika that hangs (a stalled node, a long pause). Its master keeps taking writes it does not get.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`PikaPod::freeze`].
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status();
+        }
+    }
+
     /// SIGKILL: what a crashed pod looks like. Its volume stays.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
