@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<FailoverRecord>(&json).unwrap(), record);
         let line = record.describe();
         assert!(line.starts_with("group 4: c1-pika-a-1."), "{line}");
-        assert!(line.contains("replaced c1-pika-a-0.") && line.contains("at most 14 bytes"), "{line}");
+        assert!(line.contains("replaced c1-pika-a-0.") && line.contains("lag at least 14 bytes"), "{line}");
         assert!(line.contains("connection refused") && line.contains("2400 ms"), "{line}");
     }
 }
