@@ -490,6 +490,11 @@ struct Traffic {
 
 impl Traffic {
     fn start(bed: &RealBed, prefix: &str) -> Self {
+        Self::start_paced(bed, prefix, Duration::from_millis(2))
+    }
+
+    /// [`Traffic::start`] with each writer waiting `pace` between writes (zero: as fast as the proxy answers).
+    fn start_paced(bed: &RealBed, prefix: &str, pace: Duration) -> Self {
         let proxy = bed.proxies[0].data_addr().to_owned();
         let keys: Vec<String> = (0..2000).map(|n| format!("{prefix}:pre:{n}")).collect();
         let preloaded =
@@ -498,11 +503,45 @@ impl Traffic {
         let writer = Workload::start(WorkloadOptions {
             prefix: prefix.to_owned(),
             auth: Some(bed.password.clone()),
-            pace: Duration::from_millis(2),
+            pace,
             ..WorkloadOptions::through(&[proxy])
         });
         assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "the writer got no write through the proxy");
         Self { preloaded, writer }
+    }
+
+    /// [`Traffic::finish`], then every pod of every shard holds every acknowledged key with its value (read from
+    /// each pika directly, replicas given time to apply what they received): after the operation the replicas' data
+    /// equals their master's, as far as the writes go.
+    fn finish_on_every_pod(self, bed: &RealBed) -> (usize, usize) {
+        let mut ledger = self.writer.stop();
+        let (during, failed) = (ledger.acked.len(), ledger.failed);
+        ledger.merge(self.preloaded);
+        let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+        assert!(check.is_clean(), "acknowledged keys lost: {}", check.summary());
+        assert!(during > 0, "no write was acknowledged during the operation ({failed} failed)");
+        for shard in &bed.shards {
+            let master = shard.pods.iter().find(|p| p.role() == "master").map(|p| p.ordinal);
+            for pod in &shard.pods {
+                let mut conn = pod.connect();
+                // Each key lives in one shard: a pod holds the keys its master holds.
+                let mut on_master = shard.pods.iter().find(|p| Some(p.ordinal) == master).expect("a master").connect();
+                let mut differing = || {
+                    ledger
+                        .acked
+                        .keys()
+                        .filter(|k| conn.command(&["GET", k]).ok() != on_master.command(&["GET", k]).ok())
+                        .count()
+                };
+                let mut last = 0;
+                let same = testbed::cluster::eventually(Duration::from_secs(20), || {
+                    last = differing();
+                    last == 0
+                });
+                assert!(same, "{} differs from its master on {last} acknowledged keys", pod.name);
+            }
+        }
+        (during, failed)
     }
 
     /// Stops the writer and reads every acknowledged key back through the proxy.
@@ -604,14 +643,16 @@ fn scenario_replicas(line: Line) {
     traffic.finish(&bed);
 }
 
+/// A switchover under a writer as fast as the proxy answers: no acknowledged key lost, and afterwards every pod,
+/// the old master among them, holds what its new master holds.
 fn scenario_switchover(line: Line) {
     let bed = created(2, 2, line);
-    let traffic = Traffic::start(&bed, "switchover");
+    let traffic = Traffic::start_paced(&bed, "switchover", Duration::ZERO);
     let before = bed.master_ordinal(0);
     switchover(&bed, 0);
     assert_ne!(bed.master_ordinal(0), before, "the master did not move");
     assert_healthy(&bed);
-    traffic.finish(&bed);
+    traffic.finish_on_every_pod(&bed);
 }
 
 /// A rolling restart: per shard, the replicas first, then a switchover, then the old master (KubeBlocks' Serial
