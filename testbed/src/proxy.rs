@@ -290,6 +290,27 @@ impl ProxyDouble {
         self.shared.inner().closed
     }
 
+    /// Locks, through its own admin API (`fillslots`), every slot it routes to `backend`: what a planned transfer's
+    /// hold does (pika-action's `steps::hold`). Returns how many.
+    ///
+    /// # Panics
+    /// When its admin API does not take the call.
+    #[must_use]
+    pub fn hold_slots_of(&self, backend: &str) -> usize {
+        let held: Vec<Slot> = self
+            .slots()
+            .into_iter()
+            .filter(|s| s.backend_addr.eq_ignore_ascii_case(backend))
+            .map(|s| Slot { locked: true, ..s })
+            .collect();
+        let body = serde_json::to_string(&held).expect("slots as JSON");
+        let path = format!("/api/proxy/fillslots/{}", self.xauth());
+        let (status, reply) =
+            crate::httpd::blocking_request(&self.admin_addr(), "PUT", &path, &body).expect("the proxy's admin API");
+        assert_eq!(status, 200, "fillslots: {reply}");
+        held.len()
+    }
+
     /// How many `fillslots` calls it answered.
     #[must_use]
     pub fn fillslots_calls(&self) -> u64 {

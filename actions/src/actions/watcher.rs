@@ -812,6 +812,12 @@ impl RepairJob {
         let Some(common) = ctx.event.common() else { return Ok(false) };
         let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
         let gid = self.gid;
+        // The periodic round also frees writes a killed transfer left held at the proxies.
+        if self.listed.is_some() {
+            if let Ok(stats) = s.stats().await {
+                crate::steps::hold::release_stale(&s, &stats, gid).await;
+            }
+        }
         let group = match self.listed {
             Some(group) => group,
             None => match s.stats().await?.group(gid) {

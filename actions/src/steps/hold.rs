@@ -71,6 +71,50 @@ pub async fn release(s: &Session<'_>, gid: u32) {
     }
 }
 
+/// Releases a hold that nobody will finish: group `gid`'s idle slots locked in some proxy while the group has no
+/// fence (no transfer under way: a transfer writes its fence before it holds, and the fence outlives any hold) and
+/// no promote. What a transfer that was killed while holding, and never run again, leaves; the failover watcher
+/// looks for it. Returns whether it released one.
+pub async fn release_stale(s: &Session<'_>, stats: &Stats, gid: u32) -> bool {
+    let Some(group) = stats.group(gid) else { return false };
+    let Some(master) = group.master() else { return false };
+    if group.is_promoting() {
+        return false;
+    }
+    let idle: std::collections::BTreeSet<u32> =
+        stats.slots_of(gid).into_iter().filter(|m| m.is_idle()).map(|m| m.id).collect();
+    let auth = s.ctx.secrets.pika_password.as_deref().unwrap_or_default();
+    let mut locked = false;
+    for proxy in &stats.proxy.models {
+        let table = match s.dial(&proxy.admin_addr) {
+            Ok(at) => s.dashboard.proxy_slots(&at, &proxy.token, auth).await.map_err(crate::error::Error::from),
+            Err(e) => Err(e),
+        };
+        match table {
+            Ok(table) => {
+                locked |= table.iter().any(|slot| {
+                    slot.locked && idle.contains(&slot.id) && slot.backend_addr.eq_ignore_ascii_case(master)
+                });
+            }
+            Err(e) => tracing::debug!(gid, proxy = %proxy.admin_addr, error = %e, "cannot read the proxy's slots"),
+        }
+    }
+    tracing::debug!(gid, locked, idle = idle.len(), "looked for a hold nobody finishes");
+    if !locked {
+        return false;
+    }
+    let fenced = match s.etcd() {
+        Ok(etcd) => etcd.get(&crate::steps::transfer::fence_key(&s.prefix(), gid)).await,
+        Err(_) => return false,
+    };
+    if !matches!(fenced, Ok(None)) {
+        return false;
+    }
+    tracing::warn!(gid, "proxies hold the group's writes and no transfer is under way: releasing them");
+    release(s, gid).await;
+    true
+}
+
 /// Waits, at most [`CATCH_UP_WHILE_HELD`], until `to`'s binlog has reached `master`'s (which no longer moves while
 /// writes are held); returns the position reached, or `None` when it was not reached in time or could not be read.
 pub async fn caught_up(s: &Session<'_>, master: &str, to: &str) -> Option<BinlogPosition> {

@@ -23,6 +23,31 @@ use failover_bed::{
     expect_ok, kill9, lag_now, ledger_of, outage, sampling, EventsApi, FailoverBed, Options, Pulse, Sample, PATIENCE,
 };
 use support::{describe, eventually, run};
+
+/// A planned transfer killed while the proxies held its group's writes, and never run again (KubeBlocks ignores a
+/// failed switchover): the failover watcher's periodic round finds the group's idle slots locked with no transfer
+/// under way (no fence) and releases them, and the held write goes through.
+#[test]
+fn the_watcher_releases_writes_a_killed_transfer_left_held_at_the_proxies() {
+    let fb = FailoverBed::new(Options::default().shards(1).pods(2));
+    let master = fb.pods(0)[fb.codis_master(0) as usize].server();
+    assert!(fb.proxy.hold_slots_of(&master) > 0, "no slot routed to {master}");
+    let proxy = fb.proxy.data_addr();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // A key of every slot of the group would do: write until one lands on a held slot.
+        let mut conn = testbed::process::RespConnection::connect(&proxy, None, Duration::from_secs(60))
+            .expect("connect to the proxy");
+        let replies: Vec<String> =
+            (0..64).map(|n| format!("{:?}", conn.command(&["SET", &format!("held:{n}"), "v"]))).collect();
+        let _ = tx.send(replies);
+    });
+    assert!(rx.recv_timeout(Duration::from_secs(2)).is_err(), "writes went through while the slots were held");
+    let watcher = fb.watcher("w", &fb.watch_env("w", 400));
+    let released = rx.recv_timeout(Duration::from_secs(30));
+    assert!(released.is_ok(), "the held writes never went through:\n{}", watcher.log());
+    assert!(watcher.log().contains("releasing them"), "{}", watcher.log());
+}
 use testbed::{DoubleOptions, Workload, WorkloadOptions};
 
 fn stdout(out: &std::process::Output) -> String {
