@@ -383,15 +383,8 @@ impl<'a> Leader<'a> {
                 continue;
             }
             let conn = self.sweep_conns.remove(&server);
-            let dial = pika::dial_address(&server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
-            let password = self.ctx.secrets.pika_password.clone();
-            let timeout = self.settings.detection;
-            sweeps.spawn(async move {
-                let result = tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
-                SweepDone { gid, server, result }
-            });
+            let asked = self.timed_probe(&server, conn);
+            sweeps.spawn(async move { SweepDone { gid, result: asked.await, server } });
         }
     }
 
@@ -406,7 +399,7 @@ impl<'a> Leader<'a> {
         match info.sync {
             Some(state @ (SyncState::Error | SyncState::FullSync)) => {
                 if self.distrusted.get(&done.server) != Some(&state) {
-                    match self.etcd.put(&key, state_word(state), None).await {
+                    match self.etcd.put(&key, state.word(), None).await {
                         Ok(_) => {
                             tracing::warn!(server = %done.server, gid = done.gid, state = state.describe(), "replica out of sync: never promoted until it is in sync again");
                             self.distrusted.insert(done.server.clone(), state);
@@ -443,12 +436,8 @@ impl<'a> Leader<'a> {
                 })
                 .collect();
         }
-        let dir = format!("{}/distrust/", self.prefix.trim_end_matches('/'));
-        if let Ok(list) = self.etcd.list(&dir).await {
-            self.distrusted = list
-                .iter()
-                .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
-                .collect();
+        if let Ok(marks) = transfer::distrust_marks(&self.etcd, &self.prefix).await {
+            self.distrusted = marks;
         }
     }
 
@@ -504,16 +493,24 @@ impl<'a> Leader<'a> {
     fn start_probes(&mut self, probes: &mut JoinSet<ProbeDone>) {
         let now = Instant::now();
         for server in self.detector.due(now) {
-            let conn = self.conns.get(&server).cloned();
-            let dial = pika::dial_address(&server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
-            let password = self.ctx.secrets.pika_password.clone();
-            let timeout = self.settings.detection;
-            probes.spawn(async move {
-                let result = tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
-                ProbeDone { server, sent: now, result }
-            });
+            let asked = self.timed_probe(&server, self.conns.get(&server).cloned());
+            probes.spawn(async move { ProbeDone { result: asked.await, server, sent: now } });
+        }
+    }
+
+    /// `INFO replication` of `server` over `conn` (or a new connection), within the detection time.
+    fn timed_probe(
+        &self,
+        server: &str,
+        conn: Option<Pika>,
+    ) -> impl std::future::Future<Output = std::result::Result<(Pika, Replication), String>> + Send + 'static {
+        let dial = pika::dial_address(server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
+        let password = self.ctx.secrets.pika_password.clone();
+        let timeout = self.settings.detection;
+        async move {
+            tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())))
         }
     }
 
@@ -671,16 +668,6 @@ impl<'a> Leader<'a> {
                 }
             }
         }
-    }
-}
-
-/// How a mark names the state it saw (read back with [`SyncState::parse`]).
-fn state_word(state: SyncState) -> &'static str {
-    match state {
-        SyncState::Connected => "connected",
-        SyncState::Connecting => "connecting",
-        SyncState::FullSync => "syncing_full",
-        SyncState::Error => "error",
     }
 }
 

@@ -83,6 +83,17 @@ impl SyncState {
         }
     }
 
+    /// pika's word for it (`repl_connect_status`), which [`SyncState::parse`] reads back.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Connected => "connected",
+            Self::Connecting => "connecting",
+            Self::FullSync => "syncing_full",
+            Self::Error => "error",
+        }
+    }
+
     /// What a log line or a refusal says about it.
     #[must_use]
     pub fn describe(self) -> &'static str {
@@ -129,5 +140,8 @@ mod tests {
         assert!(SyncState::Connected < SyncState::Connecting);
         assert!(SyncState::Connecting < SyncState::FullSync);
         assert!(SyncState::FullSync < SyncState::Error);
+        for state in [SyncState::Connected, SyncState::Connecting, SyncState::FullSync, SyncState::Error] {
+            assert_eq!(SyncState::parse(state.word()), Some(state), "its word reads back");
+        }
     }
 }

@@ -17,8 +17,9 @@
 
 use std::time::Duration;
 
-use crate::clients::codis::{ProxySlot, Stats};
+use crate::clients::codis::{Proxy, ProxySlot, Stats};
 use crate::error::Result;
+use crate::input::address::HostPort;
 use crate::input::replication::BinlogPosition;
 use crate::steps::cluster::Session;
 
@@ -43,11 +44,9 @@ pub struct Held {
 /// # Errors
 /// A proxy that cannot be asked or refuses; the hold may then be partial, and the caller releases it.
 pub async fn hold(s: &Session<'_>, stats: &Stats, master: &str) -> Result<Held> {
-    let auth = s.ctx.secrets.pika_password.as_deref().unwrap_or_default();
     let mut held = Held { proxies: 0, slots: 0 };
     for proxy in &stats.proxy.models {
-        let at = s.dial(&proxy.admin_addr)?;
-        let table = s.dashboard.proxy_slots(&at, &proxy.token, auth).await?;
+        let (at, table) = routing_table(s, proxy).await?;
         let routed: Vec<ProxySlot> = table
             .into_iter()
             .filter(|slot| slot.backend_addr.eq_ignore_ascii_case(master))
@@ -56,11 +55,20 @@ pub async fn hold(s: &Session<'_>, stats: &Stats, master: &str) -> Result<Held> 
         if routed.is_empty() {
             continue;
         }
+        let auth = s.ctx.secrets.pika_password.as_deref().unwrap_or_default();
         s.dashboard.proxy_fill_slots(&at, &proxy.token, auth, &routed).await?;
         held.proxies += 1;
         held.slots += routed.len();
     }
     Ok(held)
+}
+
+/// Where `proxy`'s admin API is, and the slot table it routes by.
+async fn routing_table(s: &Session<'_>, proxy: &Proxy) -> Result<(HostPort, Vec<ProxySlot>)> {
+    let at = s.dial(&proxy.admin_addr)?;
+    let auth = s.ctx.secrets.pika_password.as_deref().unwrap_or_default();
+    let table = s.dashboard.proxy_slots(&at, &proxy.token, auth).await?;
+    Ok((at, table))
 }
 
 /// Lets group `gid`'s held requests go, to wherever the dashboard now routes them. Never fails: a hold that cannot
@@ -83,15 +91,10 @@ pub async fn release_stale(s: &Session<'_>, stats: &Stats, gid: u32) -> bool {
     }
     let idle: std::collections::BTreeSet<u32> =
         stats.slots_of(gid).into_iter().filter(|m| m.is_idle()).map(|m| m.id).collect();
-    let auth = s.ctx.secrets.pika_password.as_deref().unwrap_or_default();
     let mut locked = false;
     for proxy in &stats.proxy.models {
-        let table = match s.dial(&proxy.admin_addr) {
-            Ok(at) => s.dashboard.proxy_slots(&at, &proxy.token, auth).await.map_err(crate::error::Error::from),
-            Err(e) => Err(e),
-        };
-        match table {
-            Ok(table) => {
+        match routing_table(s, proxy).await {
+            Ok((_, table)) => {
                 locked |= table.iter().any(|slot| {
                     slot.locked && idle.contains(&slot.id) && slot.backend_addr.eq_ignore_ascii_case(master)
                 });

@@ -195,16 +195,29 @@ pub fn distrust_key(prefix: &str, server: &str) -> String {
     format!("{}/distrust/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
 }
 
+/// The servers marked out of sync under `prefix` ([`distrust_key`]), with the state each was seen in.
+///
+/// # Errors
+/// etcd's.
+pub async fn distrust_marks(
+    etcd: &crate::clients::etcd::Etcd,
+    prefix: &str,
+) -> Result<BTreeMap<String, SyncState>, crate::clients::etcd::Error> {
+    let dir = format!("{}/distrust/", prefix.trim_end_matches('/'));
+    Ok(etcd
+        .list(&dir)
+        .await?
+        .into_iter()
+        .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
+        .collect())
+}
+
 /// The servers the watcher last saw out of sync, with what it saw. Empty when etcd cannot say: the members' own
 /// `INFO` still decides then.
 async fn distrusted(s: &Session<'_>) -> BTreeMap<String, SyncState> {
     let Ok(etcd) = s.etcd() else { return BTreeMap::new() };
-    let dir = format!("{}/distrust/", s.prefix().trim_end_matches('/'));
-    match etcd.list(&dir).await {
-        Ok(list) => list
-            .into_iter()
-            .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
-            .collect(),
+    match distrust_marks(etcd, &s.prefix()).await {
+        Ok(marks) => marks,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read which members the watcher saw out of sync");
             BTreeMap::new()

@@ -514,12 +514,7 @@ impl Traffic {
     /// each pika directly, replicas given time to apply what they received): after the operation the replicas' data
     /// equals their master's, as far as the writes go.
     fn finish_on_every_pod(self, bed: &RealBed) -> (usize, usize) {
-        let mut ledger = self.writer.stop();
-        let (during, failed) = (ledger.acked.len(), ledger.failed);
-        ledger.merge(self.preloaded);
-        let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
-        assert!(check.is_clean(), "acknowledged keys lost: {}", check.summary());
-        assert!(during > 0, "no write was acknowledged during the operation ({failed} failed)");
+        let (ledger, during, failed) = self.finish_with_ledger(bed);
         for shard in &bed.shards {
             let master = shard.pods.iter().find(|p| p.role() == "master").map(|p| p.ordinal);
             for pod in &shard.pods {
@@ -546,6 +541,12 @@ impl Traffic {
 
     /// Stops the writer and reads every acknowledged key back through the proxy.
     fn finish(self, bed: &RealBed) -> (usize, usize) {
+        let (_, during, failed) = self.finish_with_ledger(bed);
+        (during, failed)
+    }
+
+    /// [`Traffic::finish`], giving back every acknowledged key with its value too.
+    fn finish_with_ledger(self, bed: &RealBed) -> (Ledger, usize, usize) {
         let mut ledger = self.writer.stop();
         let during = ledger.acked.len();
         let failed = ledger.failed;
@@ -553,7 +554,7 @@ impl Traffic {
         let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
         assert!(check.is_clean(), "acknowledged keys lost: {}", check.summary());
         assert!(during > 0, "no write was acknowledged during the operation ({failed} failed)");
-        (during, failed)
+        (ledger, during, failed)
     }
 }
 
@@ -913,14 +914,22 @@ fn repaired(bed: &RealBed, ordinal: u32, master: u32, stray: &str, keys: &[Strin
         && bed.missing_on(0, ordinal, keys).is_empty()
 }
 
+/// One shard of three pods: its master, the replica to put in pika's error state (the one the ordinal rule would
+/// promote: the highest ordinal above the master, else the lowest below) and the other, healthy replica.
+fn one_replica_to_spoil() -> (RealBed, u32, u32, u32) {
+    let bed = created(1, 3, Line::V1_0);
+    let master = bed.master_ordinal(0);
+    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
+    let healthy = (0..3).find(|&o| o != master && o != spoiled).expect("another replica");
+    (bed, master, spoiled, healthy)
+}
+
 /// Issue 33: a replica in pika's error state still says it is eligible, but its link is down and it never gets out
 /// by itself. A replica's switchover (KubeBlocks calls one for every pod it restarts) converges the group, and
 /// converged means in sync: the replica copies its master in full, its stray writes gone, the master's keys there.
 #[test]
 fn a_replicas_switchover_resyncs_a_replica_in_pikas_error_state_in_full() {
-    let bed = created(1, 3, Line::V1_0);
-    let master = bed.master_ordinal(0);
-    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
+    let (bed, master, spoiled, _) = one_replica_to_spoil();
     let keys = write_through_proxy(&bed, "before", 200);
     diverge(&bed, spoiled, master, "stray");
     let pod = bed.shards[0].pod(spoiled);
@@ -945,10 +954,7 @@ fn a_replicas_switchover_resyncs_a_replica_in_pikas_error_state_in_full() {
 /// does not share).
 #[test]
 fn a_masters_switchover_never_promotes_a_replica_in_pikas_error_state_and_resyncs_it_from_the_new_master() {
-    let bed = created(1, 3, Line::V1_0);
-    let master = bed.master_ordinal(0);
-    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
-    let healthy = (0..3).find(|&o| o != master && o != spoiled).expect("another replica");
+    let (bed, master, spoiled, healthy) = one_replica_to_spoil();
     let mut keys = write_through_proxy(&bed, "before", 200);
     diverge(&bed, spoiled, master, "stray");
 
@@ -978,11 +984,7 @@ fn a_masters_switchover_never_promotes_a_replica_in_pikas_error_state_and_resync
 /// error then copies the new master in full.
 #[test]
 fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies() {
-    let bed = created(1, 3, Line::V1_0);
-    let master = bed.master_ordinal(0);
-    // The ordinal rule would pick the highest ordinal above the master: that one goes wrong.
-    let spoiled = (0..3).filter(|&o| o != master).max().expect("a replica");
-    let healthy = (0..3).find(|&o| o != master && o != spoiled).expect("another replica");
+    let (bed, master, spoiled, healthy) = one_replica_to_spoil();
     let keys = write_through_proxy(&bed, "before", 200);
     let caught_up = || bed.missing_on(0, healthy, &keys).is_empty();
     assert!(testbed::cluster::eventually(Duration::from_secs(20), caught_up), "the healthy replica never caught up");
@@ -995,14 +997,10 @@ fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies()
         "the watcher never saw it:\n{}",
         watcher.log()
     );
-    let killed = bed.shards[0].pod(master).server();
     let mut bed = bed;
     bed.shards[0].pod_mut(master).kill();
-    let moved =
-        || bed.topology().group_of(&killed).and_then(|g| g.master().map(str::to_owned)).is_some_and(|m| m != killed);
-    assert!(testbed::cluster::eventually(Duration::from_secs(60), moved), "no failover:\n{}", watcher.log());
     assert_eq!(
-        bed.master_ordinal(0),
+        failed_over(&bed, master, &watcher),
         healthy,
         "the replica that was in pika's error state was promoted (its stray writes served, the master's lost):\n{}",
         watcher.log()
