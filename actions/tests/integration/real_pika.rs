@@ -988,8 +988,10 @@ fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies()
     let keys = write_through_proxy(&bed, "before", 200);
     let caught_up = || bed.missing_on(0, healthy, &keys).is_empty();
     assert!(testbed::cluster::eventually(Duration::from_secs(20), caught_up), "the healthy replica never caught up");
-    let watcher = bed.start_watcher();
+    // The watcher starts once the replica is in error: running before, it re-points a replica that leaves its master
+    // (the divergence's SLAVEOF NO ONE) before the stray writes land.
     diverge(&bed, spoiled, master, "stray");
+    let watcher = bed.start_watcher();
     // The master dies the moment the watcher has seen the replica in error (its repair, a full resync, takes longer).
     let seen = || watcher.log().contains("replica out of sync");
     assert!(
