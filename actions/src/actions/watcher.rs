@@ -23,7 +23,9 @@
 //! 4. **Repair.** The old master may come back without restarting (a network partition that heals, a frozen
 //!    process): it still says `role:master`, though Codis routes to the new one. It is probed like a master, and the
 //!    moment it answers its group is converged, which makes it follow the new master. Every group is also checked
-//!    for members that do not follow Codis's `servers[0]` every [`REPAIR_EVERY`] and converged under the group lock.
+//!    for members that do not follow Codis's `servers[0]` every [`REPAIR_EVERY`] and converged under the group lock;
+//!    a member that a sweep (5.) finds answering as a master is converged at once: the master a switchover replaced,
+//!    which pika lets go of its last replica only after the switchover has returned.
 //! 5. **Replicas out of sync.** Every replica is asked each tick how its data stands. One in pika's error state
 //!    or in a full sync is marked in etcd ([`transfer::distrust_key`]) and, in error, its group repaired (a full
 //!    resync); the mark goes once it is seen in sync. A transfer never promotes a marked replica that is not in sync
@@ -61,18 +63,14 @@ use crate::steps::transfer::{self, Transfer};
 
 /// How often every group is checked for members that do not follow its master.
 pub const REPAIR_EVERY: Duration = Duration::from_secs(30);
+/// The least time between two repairs of one group that sweeps asked for.
+const SWEEP_REPAIR_PACE: Duration = Duration::from_secs(1);
 /// How long a failover waits for its group's transfer lock before it tries again on a later tick.
 const GROUP_LOCK_WAIT: Duration = Duration::from_millis(300);
 /// The first pause before a failover that failed is tried again; it doubles up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 /// The longest pause between two failover attempts of one group.
 const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// The etcd key the watchers elect their leader with: `<cluster prefix>/locks/watcher`.
-#[must_use]
-pub fn leader_key(prefix: &str) -> String {
-    format!("{}/locks/watcher", prefix.trim_end_matches('/'))
-}
 
 /// The watcher's settings, from its event.
 #[derive(Debug, Clone)]
@@ -187,7 +185,7 @@ async fn serve(
             other => other.into(),
         })?;
     let prefix = etcd::cluster_prefix(&common.cluster.namespace, &common.cluster.name);
-    let key = leader_key(&prefix);
+    let key = transfer::watcher_key(&prefix);
     let holder = format!("watcher {} pid {}", settings.identity, std::process::id());
     let mut announced = false;
     let guard = loop {
@@ -273,6 +271,8 @@ struct Leader<'a> {
     sweep_conns: BTreeMap<String, Pika>,
     distrusted: BTreeMap<String, SyncState>,
     retry: BTreeMap<u32, (Instant, Duration)>,
+    /// When a sweep may next start a repair of each group: a member that stays wrong is not repaired every tick.
+    sweep_repair_after: BTreeMap<u32, Instant>,
     no_replica_warned: BTreeSet<u32>,
 }
 
@@ -305,6 +305,7 @@ impl<'a> Leader<'a> {
             sweep_conns: BTreeMap::new(),
             distrusted: BTreeMap::new(),
             retry: BTreeMap::new(),
+            sweep_repair_after: BTreeMap::new(),
             no_replica_warned: BTreeSet::new(),
         }
     }
@@ -395,6 +396,11 @@ impl<'a> Leader<'a> {
         self.sweeping.remove(&done.server);
         let Ok((conn, info)) = done.result else { return };
         self.sweep_conns.insert(done.server.clone(), conn);
+        // A member Codis does not list first that answers as a plain master: the master a transfer replaced, which
+        // pika let go of its last replica only after the transfer had finished (its 3 s replication cron).
+        if info.role == pika::Role::Master {
+            self.sweep_repair(jobs, done.gid);
+        }
         let key = transfer::distrust_key(&self.prefix, &done.server);
         match info.sync {
             Some(state @ (SyncState::Error | SyncState::FullSync)) => {
@@ -410,7 +416,7 @@ impl<'a> Leader<'a> {
                     }
                 }
                 if state == SyncState::Error {
-                    self.start_repair(jobs, done.gid, false);
+                    self.sweep_repair(jobs, done.gid);
                 }
             }
             _ if info.in_sync() && self.distrusted.contains_key(&done.server) => match self.etcd.delete(&key).await {
@@ -422,6 +428,16 @@ impl<'a> Leader<'a> {
             },
             _ => {}
         }
+    }
+
+    /// Repairs group `gid` from a fresh read for what a sweep found, at most once every [`SWEEP_REPAIR_PACE`].
+    fn sweep_repair(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32) {
+        let now = Instant::now();
+        if self.sweep_repair_after.get(&gid).is_some_and(|after| now < *after) {
+            return;
+        }
+        self.sweep_repair_after.insert(gid, now + SWEEP_REPAIR_PACE);
+        self.start_repair(jobs, gid, false);
     }
 
     /// Groups with a held-data mark already, so each is written once; replicas marked out of sync.
@@ -855,7 +871,10 @@ mod tests {
 
     #[test]
     fn the_election_lives_under_the_cluster_prefix() {
-        assert_eq!(leader_key("/pika-kubeblocks/ns/c1/"), "/pika-kubeblocks/ns/c1/locks/watcher");
-        assert_ne!(leader_key("/pika-kubeblocks/ns/c1/"), transfer::group_lock_key("/pika-kubeblocks/ns/c1/", 1));
+        assert_eq!(transfer::watcher_key("/pika-kubeblocks/ns/c1/"), "/pika-kubeblocks/ns/c1/locks/watcher");
+        assert_ne!(
+            transfer::watcher_key("/pika-kubeblocks/ns/c1/"),
+            transfer::group_lock_key("/pika-kubeblocks/ns/c1/", 1)
+        );
     }
 }

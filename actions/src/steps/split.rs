@@ -280,7 +280,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                     let still =
                         stats.group(gid).and_then(|g| g.master()).is_some_and(|m| m.eq_ignore_ascii_case(&alias));
                     if still {
-                        transfer::catch_up(s, &alias, &to).await;
+                        transfer::catch_up(s, &alias, &to, 0).await;
                         tracing::info!(gid, to = %to, "promoting the split's new master");
                         transfer::promote(s, gid, &to).await?;
                     }

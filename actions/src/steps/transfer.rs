@@ -398,6 +398,20 @@ pub fn group_lock_key(prefix: &str, gid: u32) -> String {
     format!("{}/locks/group-{gid}", prefix.trim_end_matches('/'))
 }
 
+/// The etcd key the failover watchers elect their leader with: `<cluster prefix>/locks/watcher`.
+#[must_use]
+pub fn watcher_key(prefix: &str) -> String {
+    format!("{}/locks/watcher", prefix.trim_end_matches('/'))
+}
+
+/// Whether a failover watcher leads now (someone holds or queues for [`watcher_key`]): then a member left a master
+/// is re-pointed by its sweeps. `false` when etcd cannot say.
+pub async fn watcher_leads(s: &Session<'_>) -> bool {
+    let Ok(etcd) = s.etcd() else { return false };
+    let queue = format!("{}/", watcher_key(&s.prefix()));
+    etcd.list(&queue).await.is_ok_and(|held| !held.is_empty())
+}
+
 /// Takes group `gid`'s transfer lock, waiting at most `wait`.
 ///
 /// Every transfer of a group's mastership holds it: switchover and member-leave (inside the topology lock), the
@@ -492,7 +506,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         }
         let master = group.master().ok_or(Refusal::NoServers { gid })?.to_owned();
         if !master.eq_ignore_ascii_case(&t.from) {
-            let converged = converge(s, gid).await?;
+            let converged = converge_after_transfer(s, gid).await?;
             clear_fence(s, gid, &converged.master).await;
             return Ok(Outcome { gid, master: converged.master.clone(), promoted, basis, converged });
         }
@@ -576,7 +590,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         }
         write_fence(s, gid, fence.as_ref(), &to).await?;
         if !t.unplanned {
-            catch_up(s, &master, &to).await;
+            catch_up(s, &master, &to, CLOSE_ENOUGH_BYTES).await;
         }
 
         // Compare before acting: the fence still names our target, we still hold the lock, Codis has not moved.
@@ -763,13 +777,18 @@ pub async fn clear_fence(s: &Session<'_>, gid: u32, master: &str) {
     }
 }
 
-/// Waits (at most [`CATCH_UP_WAIT`]) until `to` has everything `master` produced; never fails.
-pub(crate) async fn catch_up(s: &Session<'_>, master: &str, to: &str) {
+/// How far behind its master a replica may be for a planned transfer to hold writes: what it replicates within a few
+/// milliseconds. Under a writer the replica is never exactly level until writes are held, so waiting for that here
+/// would only spend [`CATCH_UP_WAIT`].
+pub const CLOSE_ENOUGH_BYTES: u64 = 64 * 1024;
+
+/// Waits (at most [`CATCH_UP_WAIT`]) until `to` is within `within` bytes of what `master` produced; never fails.
+pub(crate) async fn catch_up(s: &Session<'_>, master: &str, to: &str, within: u64) {
     let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(CATCH_UP_WAIT);
     loop {
         let (m, t) = (s.replication(master).await, s.replication(to).await);
         match (m.ok().and_then(|i| i.position), t.ok().and_then(|i| i.position)) {
-            (Some(m), Some(t)) if t >= m => return,
+            (Some(m), Some(t)) if m.bytes_after(t) <= within => return,
             (Some(m), Some(t)) if tokio::time::Instant::now() >= deadline => {
                 tracing::warn!(to, master_at = %m, at = %t, "promoting before the new master caught up");
                 return;
@@ -837,6 +856,9 @@ pub struct Converged {
     pub repointed: Vec<String>,
     /// Members that could not be asked (restarting pods: `rejoin` points them at the master when they start).
     pub unreachable: Vec<String>,
+    /// Members left still holding a replica that has already left them (the replaced master, right after the
+    /// promote), so pika refuses to re-point them yet; the failover watcher's sweep re-points them.
+    pub demoting: Vec<String>,
 }
 
 impl Converged {
@@ -850,6 +872,14 @@ impl Converged {
         };
         if !self.unreachable.is_empty() {
             let _ = write!(text, "; not reachable (rejoin fixes them at start): {}", self.unreachable.join(", "));
+        }
+        if !self.demoting.is_empty() {
+            let _ = write!(
+                text,
+                "; still masters of a replica that left them, which pika drops within its 3 s replication cron (the \
+                 failover watcher then re-points them): {}",
+                self.demoting.join(", ")
+            );
         }
         text
     }
@@ -866,7 +896,37 @@ impl Converged {
 /// out (the rerun continues); pika errors other than the transient refusals; the master Codis lists being
 /// unreachable.
 pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
-    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(DEMOTE_WAIT);
+    converge_within(s, gid, DEMOTE_WAIT).await
+}
+
+/// How long a transfer waits, after its promote, for the replaced master to lose its last replica. pika drops a
+/// replica that left only when that replica's replication client closes the old link, at its next 3 s cron
+/// (`pika_rm.cc`: `PikaReplClient(3000, 60)`, `ClientThread::Close` defers to the cron): waiting for it would add
+/// up to 3 s to every switchover while writes already go to the new master. A redis-server drops it at once.
+pub const DEMOTE_GRACE: Duration = Duration::from_millis(300);
+
+/// [`converge`] right after a transfer: when a failover watcher leads, the replaced master is left to its sweeps
+/// once [`DEMOTE_GRACE`] has passed (see [`converge_within`]); without one, waited for as long as [`converge`] waits.
+///
+/// # Errors
+/// As [`converge`].
+pub async fn converge_after_transfer(s: &Session<'_>, gid: u32) -> Result<Converged> {
+    if watcher_leads(s).await {
+        converge_within(s, gid, DEMOTE_GRACE).await
+    } else {
+        converge(s, gid).await
+    }
+}
+
+/// [`converge`], leaving members that still hold replicas after `demote_wait` in [`Converged::demoting`] instead of
+/// waiting for them up to [`DEMOTE_WAIT`]; members being re-pointed are still waited for until they are in sync.
+///
+/// # Errors
+/// As [`converge`].
+pub async fn converge_within(s: &Session<'_>, gid: u32, demote_wait: Duration) -> Result<Converged> {
+    let now = tokio::time::Instant::now();
+    let deadline = now + s.ctx.budget.cap(DEMOTE_WAIT);
+    let demote_deadline = (now + s.ctx.budget.cap(demote_wait)).min(deadline);
     let mut repointed: Vec<String> = Vec::new();
     let handover = read_handover(s, gid).await;
     loop {
@@ -944,7 +1004,23 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
             }
         }
         if waiting.is_empty() && syncing.is_empty() {
-            return Ok(Converged { master, repointed, unreachable });
+            return Ok(Converged { master, repointed, unreachable, demoting: Vec::new() });
+        }
+        if syncing.is_empty() && demote_deadline < deadline && tokio::time::Instant::now() >= demote_deadline {
+            let mut members = vec![master.clone()];
+            members.extend(others.iter().cloned());
+            let mut all_departed = true;
+            for (server, _) in &waiting {
+                let info = infos.get(server).and_then(|r| r.as_ref().ok());
+                all_departed &= match info {
+                    Some(info) => holds_only_departed(s, server, info, &members, &infos, &repointed).await,
+                    None => false,
+                };
+            }
+            if all_departed {
+                let demoting = waiting.into_iter().map(|(srv, _)| srv).collect();
+                return Ok(Converged { master, repointed, unreachable, demoting });
+            }
         }
         let mut progress = format!("group {gid}:");
         if !waiting.is_empty() {
@@ -969,7 +1045,10 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
         // The old master stays a master until it can be demoted: watch just the waiting ones closely, so that the
         // moment with two masters is as short as pika allows, then take the next round from a fresh read.
         let watched: Vec<String> = waiting.into_iter().map(|(srv, _)| srv).collect();
-        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        let mut until = tokio::time::Instant::now() + Duration::from_secs(1);
+        if syncing.is_empty() && demote_deadline < deadline {
+            until = until.min(demote_deadline);
+        }
         let mut freed = false;
         while tokio::time::Instant::now() < until.min(deadline) && !s.ctx.budget.expired() {
             let infos = survey(s, &watched).await;
@@ -984,6 +1063,44 @@ pub async fn converge(s: &Session<'_>, gid: u32) -> Result<Converged> {
             return Err(Error::InProgress { progress });
         }
     }
+}
+
+/// Whether every replica that `held` (a member still a master, whose `INFO` reads `info`) lists is a member of its
+/// group that has left it: the new master, a member just re-pointed, or one that follows another master. pika drops
+/// those links on its own; a replica from outside the group, a member still following `held`, or one that cannot be
+/// resolved may keep it a master for good.
+async fn holds_only_departed(
+    s: &Session<'_>,
+    held: &str,
+    info: &Replication,
+    members: &[String],
+    infos: &BTreeMap<String, Result<Replication, String>>,
+    repointed: &[String],
+) -> bool {
+    let Ok(held_at) = s.dial(held) else { return false };
+    let mut departed: Vec<std::net::SocketAddr> = Vec::new();
+    for member in members.iter().filter(|m| !m.eq_ignore_ascii_case(held)) {
+        let left = repointed.iter().any(|r| r.eq_ignore_ascii_case(member))
+            || match infos.get(member) {
+                Some(Ok(i)) => !i.follows(&held_at),
+                Some(Err(_)) => false,
+                // Not surveyed: the master Codis lists, just promoted.
+                None => true,
+            };
+        let Ok(at) = s.dial(member) else { continue };
+        if !left {
+            continue;
+        }
+        let lookup = tokio::net::lookup_host((at.host().to_owned(), at.port()));
+        if let Ok(Ok(addrs)) = tokio::time::timeout(s.ctx.budget.cap(CALL_TIMEOUT), lookup).await {
+            departed.extend(addrs);
+        }
+    }
+    info.replicas.len() == info.connected_slaves as usize
+        && info.replicas.iter().all(|r| {
+            let ip = r.ip.parse::<std::net::IpAddr>().ok();
+            departed.iter().any(|a| Some(a.ip()) == ip && a.port() == r.port)
+        })
 }
 
 /// Points `server` (whose `INFO` reads `info`) at `master` as `how` says, then CONFIG REWRITE so that a restart keeps

@@ -130,8 +130,27 @@ fn a_promote_unanswered_within_the_budget_is_exit_1_and_codis_keeps_one_master_i
 
 #[test]
 fn an_old_master_that_cannot_be_demoted_in_time_is_exit_1_with_codis_routing_to_the_new_master() {
+    old_master_kept_by_a_stray_replica(false);
+}
+
+/// A leading failover watcher re-points a replaced master that still holds links of members that left it (pika
+/// drops those only at the replica's next replication cron), so a transfer does not wait for it then; a replica
+/// from outside the group is no such link, and the transfer still waits for it and reports it.
+#[test]
+fn with_a_watcher_leading_an_old_master_kept_by_a_replica_from_outside_is_still_exit_1() {
+    old_master_kept_by_a_stray_replica(true);
+}
+
+fn old_master_kept_by_a_stray_replica(watcher_leads: bool) {
     let bed = bed_with_master(3, 0);
     quiet(&bed);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _watcher = watcher_leads.then(|| {
+        let etcd = rt.block_on(crate::support::connect_etcd(&bed.cluster.etcd.endpoint())).unwrap();
+        let prefix = pika_action::clients::etcd::cluster_prefix(NAMESPACE, &bed.cluster.name);
+        let key = pika_action::steps::transfer::watcher_key(&prefix);
+        rt.block_on(etcd.lock(&key, Duration::from_secs(60), Duration::from_secs(5), "a watcher (test)")).expect("lock")
+    });
     // Something outside the group replicates the old master, so it keeps a replica Codis cannot re-point: pika
     // (like redis here) is not demoted while it has one.
     let stray = RedisServer::start();

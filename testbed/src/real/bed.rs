@@ -357,6 +357,12 @@ impl RealBed {
         Watcher { child, log }
     }
 
+    /// The bed's directory: every server's volume, configuration and log lives under it until the bed drops.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.network.dir()
+    }
+
     /// Every file the bed's servers wrote (pods' volumes, start output and logs; Codis' configs and logs) whose
     /// bytes contain `needle`.
     #[must_use]
