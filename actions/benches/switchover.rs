@@ -110,6 +110,9 @@ fn main() {
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     bed.assert_registered(0, bed.master_ordinal(0));
     let _watcher = bed.start_watcher();
+    let settled = Instant::now();
+    wait_for_relinks(&bed);
+    println!("replicas copied in full re-linked by the watcher {} ms after it started", settled.elapsed().as_millis());
 
     let writer = Writer::start(&bed);
     let started = Instant::now();
@@ -196,6 +199,26 @@ fn main() {
         .collect();
     println!("acknowledged writes: {}, lost: {}", acked.len(), lost.len());
     assert!(lost.is_empty(), "acknowledged keys lost: {:?}", &lost[..lost.len().min(10)]);
+}
+
+/// Waits (at most 60 s) until the watcher has re-linked every replica copied in full and seen it in sync again (no
+/// `relink/` mark left in etcd), as in a cluster that has settled after its creation.
+fn wait_for_relinks(bed: &RealBed) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let endpoints = pika_action::input::address::Endpoints::parse(&bed.etcd.endpoint()).expect("etcd's endpoint");
+    let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+    let started = Instant::now();
+    rt.block_on(async {
+        let etcd = pika_action::clients::etcd::Etcd::connect(&endpoints, Duration::from_secs(5)).await.expect("etcd");
+        loop {
+            let marks = pika_action::steps::transfer::relink_marks(&etcd, &prefix).await.expect("read the marks");
+            if marks.is_empty() {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "replicas never re-linked: {marks:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
 }
 
 /// Runs the action until it exits 0, rerunning on 75 as KubeBlocks requeues.

@@ -175,7 +175,11 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
     };
     if !master.eq_ignore_ascii_case(&server) {
         repoint_followers(&s, group, &server, &data).await?;
-        return follow(&s, config, &server, master, gid);
+        let said = follow(&s, config, &server, master, gid)?;
+        if std::fs::read_to_string(config).is_ok_and(|text| copies_in_full(&text)) {
+            transfer::mark_copied(&s, &server).await;
+        }
+        return Ok(said);
     }
 
     // Codis names this pod the master; this pika is not running, so it is not asked anything.
@@ -486,6 +490,25 @@ pub fn set_replication(path: &Path, master: Option<&HostPort>) -> Result<bool> {
     Ok(true)
 }
 
+/// Whether pika started on this config copies its master in full: pika's syntax, a master named, and no
+/// `replication-id` (a new volume, or one [`with_replication`] pointed at another master).
+#[must_use]
+pub fn copies_in_full(text: &str) -> bool {
+    let mut pika_syntax = false;
+    let mut replication_id = None;
+    for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        if key.is_empty() || !key.ends_with(' ') {
+            continue;
+        }
+        pika_syntax = true;
+        if key.trim().eq_ignore_ascii_case("replication-id") {
+            replication_id = Some(value.trim().to_owned());
+        }
+    }
+    pika_syntax && persisted_master(text).is_some() && replication_id.is_none_or(|id| id.is_empty())
+}
+
 /// The config text with its replication line replaced. Pika's syntax is `key : value`; redis's is `key value`. A pika
 /// config that named another master (or none) also gets an empty `replication-id`, which makes pika copy the new
 /// master in full when it connects.
@@ -545,6 +568,15 @@ mod tests {
         );
         assert_eq!(with_replication(&out, Some(&same)), out, "idempotent");
         assert_eq!(with_replication(&out, None), "port : 9221\nreplication-id : abc\nslaveof : \n");
+    }
+
+    #[test]
+    fn a_pika_config_naming_a_master_with_no_replication_id_copies_it_in_full() {
+        assert!(copies_in_full("port : 9221\nslaveof : m.svc:9221\nreplication-id : \n"));
+        assert!(copies_in_full("port : 9221\nslaveof : m.svc:9221\n"));
+        assert!(!copies_in_full("port : 9221\nslaveof : m.svc:9221\nreplication-id : abc\n"));
+        assert!(!copies_in_full("port : 9221\nslaveof : \nreplication-id : \n"));
+        assert!(!copies_in_full("port 9221\nreplicaof m.svc 9221\n"));
     }
 
     #[test]

@@ -30,6 +30,9 @@
 //!    or in a full sync is marked in etcd ([`transfer::distrust_key`]) and, in error, its group repaired (a full
 //!    resync); the mark goes once it is seen in sync. A transfer never promotes a marked replica that is not in sync
 //!    by its own word: once its master is gone, pika reports a replica that was in error like any other.
+//!    A replica marked as copied in full ([`transfer::relink_key`]; the sweep marks one it sees in a full sync) is
+//!    re-linked once it is in sync ([`transfer::relink`]), so that pika stops its idle rsync client now rather than
+//!    inside the promote of the next switchover to it, with writes held.
 //! 6. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
 //!    seen above zero, as having held data. `rejoin` starts an empty master with no replica left only over the first
 //!    mark, and refuses otherwise (no mark: nobody can say).
@@ -59,7 +62,7 @@ use crate::input::replication::{BinlogPosition, SyncState};
 use crate::plan::detector::{Detector, Verdict};
 use crate::steps::cluster::{self, release, Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
-use crate::steps::transfer::{self, Transfer};
+use crate::steps::transfer::{self, RelinkMark, Transfer};
 
 /// How often every group is checked for members that do not follow its master.
 pub const REPAIR_EVERY: Duration = Duration::from_secs(30);
@@ -231,6 +234,7 @@ struct GroupView {
 enum JobDone {
     Failover(u32, Result<Option<FailoverRecord>>),
     Repair(u32, Result<bool>),
+    Relink(String, Result<transfer::Relink>),
 }
 
 /// A replica's `INFO`, asked to learn how its data stands (never to judge whether it is alive).
@@ -273,6 +277,10 @@ struct Leader<'a> {
     retry: BTreeMap<u32, (Instant, Duration)>,
     /// When a sweep may next start a repair of each group: a member that stays wrong is not repaired every tick.
     sweep_repair_after: BTreeMap<u32, Instant>,
+    /// Replicas copied in full and not yet seen in sync after their re-link (as marked in etcd), and those being
+    /// re-linked now.
+    relinks: BTreeMap<String, RelinkMark>,
+    relinking: BTreeSet<String>,
     no_replica_warned: BTreeSet<u32>,
 }
 
@@ -306,6 +314,8 @@ impl<'a> Leader<'a> {
             distrusted: BTreeMap::new(),
             retry: BTreeMap::new(),
             sweep_repair_after: BTreeMap::new(),
+            relinks: BTreeMap::new(),
+            relinking: BTreeSet::new(),
             no_replica_warned: BTreeSet::new(),
         }
     }
@@ -418,6 +428,12 @@ impl<'a> Leader<'a> {
                 if state == SyncState::Error {
                     self.sweep_repair(jobs, done.gid);
                 }
+                if state == SyncState::FullSync && !self.relinks.contains_key(&done.server) {
+                    let key = transfer::relink_key(&self.prefix, &done.server);
+                    if self.etcd.put(&key, RelinkMark::Copied.word(), None).await.is_ok() {
+                        self.relinks.insert(done.server.clone(), RelinkMark::Copied);
+                    }
+                }
             }
             _ if info.in_sync() && self.distrusted.contains_key(&done.server) => match self.etcd.delete(&key).await {
                 Ok(_) => {
@@ -428,6 +444,38 @@ impl<'a> Leader<'a> {
             },
             _ => {}
         }
+        if info.in_sync() {
+            match self.relinks.get(&done.server) {
+                Some(RelinkMark::Copied) => self.start_relink(jobs, done.gid, &done.server),
+                Some(RelinkMark::Relinked) => {
+                    let key = transfer::relink_key(&self.prefix, &done.server);
+                    if self.etcd.delete(&key).await.is_ok() {
+                        tracing::info!(server = %done.server, "re-linked replica in sync again");
+                        self.relinks.remove(&done.server);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Re-links `server`, a replica of group `gid` copied in full and now in sync ([`transfer::relink`]), unless
+    /// its group is being failed over or repaired.
+    fn start_relink(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, server: &str) {
+        if self.relinking.contains(server) || self.repairing.contains(&gid) || self.failing_over.contains(&gid) {
+            return;
+        }
+        self.relinking.insert(server.to_owned());
+        let job = RelinkJob {
+            ctx: Arc::clone(self.ctx),
+            dashboard: self.dashboard.clone(),
+            etcd: self.etcd.clone(),
+            lease: Arc::clone(&self.lease),
+            gid,
+            server: server.to_owned(),
+        };
+        let server = server.to_owned();
+        jobs.spawn(async move { JobDone::Relink(server, job.run().await) });
     }
 
     /// Repairs group `gid` from a fresh read for what a sweep found, at most once every [`SWEEP_REPAIR_PACE`].
@@ -493,6 +541,10 @@ impl<'a> Leader<'a> {
         let replicas: BTreeSet<String> =
             models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
         self.sweep_conns.retain(|s, _| replicas.contains(s));
+        // Transfers mark the replicas they resync in full; this is where the leader learns of them.
+        if let Ok(marks) = transfer::relink_marks(&self.etcd, &self.prefix).await {
+            self.relinks = marks;
+        }
         // The stats just read and dropped were most of what this process ever allocated.
         crate::allocator::give_back_free_memory();
     }
@@ -670,6 +722,19 @@ impl<'a> Leader<'a> {
                         tracing::warn!(gid, error = %e.one_line(), retry_in_ms = pause.as_millis(), "failover did not complete");
                         self.retry.insert(gid, (Instant::now() + pause, pause));
                     }
+                }
+            }
+            JobDone::Relink(server, result) => {
+                self.relinking.remove(&server);
+                match result {
+                    Ok(transfer::Relink::Relinked) => {
+                        self.relinks.insert(server, RelinkMark::Relinked);
+                    }
+                    Ok(transfer::Relink::Moot) => {
+                        self.relinks.remove(&server);
+                    }
+                    Ok(transfer::Relink::NotYet) => {}
+                    Err(e) => tracing::info!(server, error = %e.one_line(), "replica not re-linked yet"),
                 }
             }
             JobDone::Repair(gid, result) => {
@@ -858,6 +923,50 @@ impl RepairJob {
                 tracing::warn!(gid, master = %converged.master, "repaired: {}", converged.describe());
             }
             Ok(converged.unreachable.is_empty())
+        }
+        .await;
+        release(&mut lock).await;
+        result
+    }
+}
+
+/// One re-link of a replica copied in full, under its group's transfer lock; the mark records it.
+struct RelinkJob {
+    ctx: Arc<Context>,
+    dashboard: Dashboard,
+    etcd: Etcd,
+    lease: Arc<LockGuard>,
+    gid: u32,
+    server: String,
+}
+
+impl RelinkJob {
+    async fn run(self) -> Result<transfer::Relink> {
+        let ctx = job_context(&self.ctx);
+        let Some(common) = ctx.event.common() else { return Ok(transfer::Relink::NotYet) };
+        let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd.clone()) };
+        // A transfer of the group under way re-points members itself: try again on a later sweep.
+        let mut lock = match transfer::lock_group(&s, self.gid, Duration::ZERO).await {
+            Ok(lock) => lock,
+            Err(Error::InProgress { .. }) => return Ok(transfer::Relink::NotYet),
+            Err(e) => return Err(e),
+        };
+        let result = async {
+            if !self.lease.is_held().await {
+                return Err(LeaseGone.into());
+            }
+            let done = transfer::relink(&s, self.gid, &self.server).await?;
+            let key = transfer::relink_key(&s.prefix(), &self.server);
+            match done {
+                transfer::Relink::Relinked => {
+                    self.etcd.put(&key, RelinkMark::Relinked.word(), None).await?;
+                }
+                transfer::Relink::Moot => {
+                    self.etcd.delete(&key).await?;
+                }
+                transfer::Relink::NotYet => {}
+            }
+            Ok(done)
         }
         .await;
         release(&mut lock).await;

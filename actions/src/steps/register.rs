@@ -8,9 +8,11 @@
 use std::time::Duration;
 
 use crate::clients::codis::Stats;
+use crate::clients::pika::ServerKind;
 use crate::error::{Error, Result};
 use crate::input::event::{Pod, Shard};
 use crate::steps::cluster::{self, Session, POLL};
+use crate::steps::transfer;
 
 /// Codis group ids are 1..=9999.
 pub const MAX_GROUP_ID: u32 = 9999;
@@ -132,6 +134,13 @@ pub async fn register(s: &Session<'_>, shard: &Shard, pods: &[Pod]) -> Result<Re
         }
         // A replica first, then listed: Codis never lists a member of the group that is a master of its own (a fresh
         // pod is one until told otherwise), which readers of replicas and the Pika fork's health loop would see.
+        // A pika that never replicated (no replication ID) copies its master in full: marked for its re-link.
+        if let Ok(info) = s.replication(&server).await {
+            let fresh = info.kind == ServerKind::Pika && info.replication_id.is_none();
+            if fresh && !info.follows(&s.dial(&master)?) {
+                transfer::mark_copied(s, &server).await;
+            }
+        }
         changed |= s.ensure_follows(&server, &master).await?;
         if stats.group(gid).is_none_or(|g| g.server(&server).is_none()) {
             add_server(s, gid, &server).await?;

@@ -212,6 +212,116 @@ pub async fn distrust_marks(
         .collect())
 }
 
+/// The etcd key marking `server` as copied in full from its master since it was last re-linked:
+/// `<cluster prefix>/relink/<server>`. After a full sync pika leaves the replica's rsync client idle but not stopped;
+/// the next `SLAVEOF` that replica gets stops it (`RsyncClient::Stop` joins its client thread: 0.5–0.9 s measured)
+/// and pika refuses writes until that returns. Unpaid, that is the promote of the next switchover to it, with writes
+/// held. The failover watcher re-links such a replica once it is in sync ([`relink`]), paying it off the write path.
+#[must_use]
+pub fn relink_key(prefix: &str, server: &str) -> String {
+    format!("{}/relink/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
+}
+
+/// Where a replica copied in full stands: [`relink_key`]'s value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelinkMark {
+    /// Copied in full; not re-linked since.
+    Copied,
+    /// Re-linked; the mark goes once it is seen in sync again.
+    Relinked,
+}
+
+impl RelinkMark {
+    /// The value stored in etcd.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Copied => "copied",
+            Self::Relinked => "relinked",
+        }
+    }
+
+    /// The mark a stored value stands for; an unknown value counts as [`RelinkMark::Copied`].
+    #[must_use]
+    pub fn parse(value: &str) -> Self {
+        if value == Self::Relinked.word() {
+            Self::Relinked
+        } else {
+            Self::Copied
+        }
+    }
+}
+
+/// The replicas marked under `prefix` ([`relink_key`]).
+///
+/// # Errors
+/// etcd's.
+pub async fn relink_marks(
+    etcd: &crate::clients::etcd::Etcd,
+    prefix: &str,
+) -> Result<BTreeMap<String, RelinkMark>, crate::clients::etcd::Error> {
+    let dir = format!("{}/relink/", prefix.trim_end_matches('/'));
+    Ok(etcd
+        .list(&dir)
+        .await?
+        .into_iter()
+        .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), RelinkMark::parse(&e.value))))
+        .collect())
+}
+
+/// Marks `server` as about to be copied in full ([`relink_key`]); best effort: without the mark the only cost is
+/// the slower first switchover to it.
+pub async fn mark_copied(s: &Session<'_>, server: &str) {
+    let Ok(etcd) = s.etcd() else { return };
+    if let Err(e) = etcd.put(&relink_key(&s.prefix(), server), RelinkMark::Copied.word(), None).await {
+        tracing::info!(server, error = %e, "could not mark the replica as copied in full");
+    }
+}
+
+/// What [`relink`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relink {
+    /// Sent `SLAVEOF NO ONE` and `SLAVEOF` to the same master.
+    Relinked,
+    /// The member is not in sync with the master Codis lists first yet: asked again later.
+    NotYet,
+    /// Nothing to do: the server left the group, became its master, or is not pika.
+    Moot,
+}
+
+/// Re-links `server`, a replica of group `gid` that was copied in full, to the master it follows: `SLAVEOF NO ONE`
+/// (which stops pika's idle rsync client, see [`relink_key`]) and at once `SLAVEOF` the same master. Its replication
+/// ID and binlog position are unchanged, so it resumes incrementally; its master refuses the new link ("Slave
+/// AlreadyExist", retried by pika) until the old one closes at the replica's next 3 s replication cron. The caller
+/// holds the group's transfer lock. Codis never routes to the member in between.
+///
+/// # Errors
+/// Codis', or pika's when a command is refused.
+pub async fn relink(s: &Session<'_>, gid: u32, server: &str) -> Result<Relink> {
+    let stats = s.stats().await?;
+    let Some(group) = stats.group(gid) else { return Ok(Relink::Moot) };
+    let Some(master) = group.master() else { return Ok(Relink::Moot) };
+    if !group.servers.iter().skip(1).any(|gs| gs.server.eq_ignore_ascii_case(server)) {
+        return Ok(Relink::Moot);
+    }
+    if group.is_promoting() {
+        return Ok(Relink::NotYet);
+    }
+    let master_at = s.dial(master)?;
+    let conn = s.pika(server).await?;
+    let info = conn.info_replication().await?;
+    if info.kind != pika::ServerKind::Pika {
+        return Ok(Relink::Moot);
+    }
+    if !info.follows(&master_at) || !info.in_sync() {
+        return Ok(Relink::NotYet);
+    }
+    conn.slaveof_no_one().await?;
+    conn.slaveof(&master_at).await?;
+    tracing::info!(server, master, "re-linked a replica copied in full, stopping pika's idle rsync client");
+    Ok(Relink::Relinked)
+}
+
 /// The servers the watcher last saw out of sync, with what it saw. Empty when etcd cannot say: the members' own
 /// `INFO` still decides then.
 async fn distrusted(s: &Session<'_>) -> BTreeMap<String, SyncState> {
@@ -1119,6 +1229,7 @@ async fn repoint(
         Resync::Incremental => conn.slaveof(master).await?,
         Resync::Full(why) => {
             tracing::info!(server, master = %master, why, "resyncing in full");
+            mark_copied(s, server).await;
             if info.sync == Some(SyncState::Error) {
                 conn.slaveof_no_one().await?;
             }

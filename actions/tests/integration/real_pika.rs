@@ -768,6 +768,60 @@ fn a_replica_added_and_removed_on_1_1() {
     scenario_replicas(Line::V1_1);
 }
 
+/// The replicas marked for a re-link ([`pika_action::steps::transfer::relink_key`]), by server.
+fn relink_marks(bed: &RealBed) -> BTreeMap<String, pika_action::steps::transfer::RelinkMark> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    rt.block_on(async {
+        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
+        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+        pika_action::steps::transfer::relink_marks(&etcd, &prefix).await.expect("read the relink marks")
+    })
+}
+
+/// Every replica of a new cluster was copied in full when it joined, and pika leaves its rsync client idle but not
+/// stopped after that; the first `SLAVEOF` it gets stops it, refusing writes meanwhile, which unpaid is the promote
+/// of the first switchover to it. Registration marks those replicas, and the failover watcher re-links each once it
+/// is in sync: under a writer, every mark goes, each replica's own log shows its rsync client stopped, every pod
+/// replicates its master in sync again, and no acknowledged key is lost.
+fn scenario_relink(line: Line) {
+    let bed = created(2, 2, line);
+    let replicas: Vec<&testbed::real::pika::PikaPod> =
+        bed.shards.iter().flat_map(|s| s.pods.iter().filter(|p| p.role() != "master")).collect();
+    let marks = relink_marks(&bed);
+    for pod in &replicas {
+        assert_eq!(
+            marks.get(&pod.server().to_ascii_lowercase()),
+            Some(&pika_action::steps::transfer::RelinkMark::Copied),
+            "{} was copied in full and is not marked: {marks:?}",
+            pod.name
+        );
+        assert!(!pod.logs().contains("RsyncClient stop"), "{}'s rsync client stopped before any re-link", pod.name);
+    }
+    let traffic = Traffic::start(&bed, "relink");
+    let watcher = bed.start_watcher();
+    let mut left = BTreeMap::new();
+    let gone = testbed::cluster::eventually(Duration::from_secs(60), || {
+        left = relink_marks(&bed);
+        left.is_empty()
+    });
+    assert!(gone, "replicas never re-linked: {left:?}\nwatcher:\n{}", watcher.log());
+    for pod in &replicas {
+        assert!(pod.logs().contains("RsyncClient stop"), "{}'s idle rsync client was never stopped", pod.name);
+    }
+    assert_healthy(&bed);
+    traffic.finish_on_every_pod(&bed);
+}
+
+#[test]
+fn replicas_copied_in_full_are_re_linked_by_the_watcher_on_1_0() {
+    scenario_relink(Line::V1_0);
+}
+
+#[test]
+fn replicas_copied_in_full_are_re_linked_by_the_watcher_on_1_1() {
+    scenario_relink(Line::V1_1);
+}
+
 #[test]
 fn switchover_on_1_0() {
     scenario_switchover(Line::V1_0);
