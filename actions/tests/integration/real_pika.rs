@@ -812,6 +812,29 @@ fn scenario_relink(line: Line) {
     traffic.finish_on_every_pod(&bed);
 }
 
+/// A re-link killed between its two commands leaves the replica a master of nothing that Codis lists behind the
+/// group's master and never routes to. With a writer going, the watcher re-points it (its sweep finds it answering as
+/// a master; its repair round every 30 s would too): every pod replicates its master in sync again, each holds what
+/// its master holds, no acknowledged key is lost.
+#[test]
+fn a_re_link_killed_between_its_two_commands_is_repaired_by_the_watcher() {
+    let bed = created(1, 2, Line::V1_1);
+    let watcher = bed.start_watcher();
+    let mut left = BTreeMap::new();
+    let relinked = testbed::cluster::eventually(Duration::from_secs(60), || {
+        left = relink_marks(&bed);
+        left.is_empty()
+    });
+    assert!(relinked, "replicas never re-linked: {left:?}\nwatcher:\n{}", watcher.log());
+    let traffic = Traffic::start(&bed, "relink-killed");
+    let replica = bed.shards[0].pods.iter().find(|p| p.role() != "master").expect("a replica");
+    let reply = replica.connect().command(&["SLAVEOF", "NO", "ONE"]).expect("SLAVEOF NO ONE");
+    assert_eq!(reply, "+OK", "SLAVEOF NO ONE on {}", replica.name);
+    assert_eq!(replica.role(), "master", "{} is not left a master", replica.name);
+    assert_healthy(&bed);
+    traffic.finish_on_every_pod(&bed);
+}
+
 #[test]
 fn replicas_copied_in_full_are_re_linked_by_the_watcher_on_1_0() {
     scenario_relink(Line::V1_0);
