@@ -293,7 +293,8 @@ pub enum Relink {
 /// (which stops pika's idle rsync client, see [`relink_key`]) and at once `SLAVEOF` the same master. Its replication
 /// ID and binlog position are unchanged, so it resumes incrementally; its master refuses the new link ("Slave
 /// AlreadyExist", retried by pika) until the old one closes at the replica's next 3 s replication cron. The caller
-/// holds the group's transfer lock. Codis never routes to the member in between.
+/// holds the group's transfer lock. Codis never routes to the member in between. Not while a split of the group is
+/// under way: its cutover waits for the member to be level with the donor.
 ///
 /// # Errors
 /// Codis', or pika's when a command is refused.
@@ -304,7 +305,8 @@ pub async fn relink(s: &Session<'_>, gid: u32, server: &str) -> Result<Relink> {
     if !group.servers.iter().skip(1).any(|gs| gs.server.eq_ignore_ascii_case(server)) {
         return Ok(Relink::Moot);
     }
-    if group.is_promoting() {
+    // A split under way (its alias listed as master) or a promote: the member must not drop out of sync now.
+    if group.is_promoting() || ServerAddr::of(master).is_alias() {
         return Ok(Relink::NotYet);
     }
     let master_at = s.dial(master)?;
