@@ -494,19 +494,19 @@ pub fn set_replication(path: &Path, master: Option<&HostPort>) -> Result<bool> {
 /// `replication-id` (a new volume, or one [`with_replication`] pointed at another master).
 #[must_use]
 pub fn copies_in_full(text: &str) -> bool {
-    let mut pika_syntax = false;
-    let mut replication_id = None;
-    for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
-        let Some((key, value)) = line.split_once(':') else { continue };
-        if key.is_empty() || !key.ends_with(' ') {
-            continue;
-        }
-        pika_syntax = true;
-        if key.trim().eq_ignore_ascii_case("replication-id") {
-            replication_id = Some(value.trim().to_owned());
-        }
-    }
-    pika_syntax && persisted_master(text).is_some() && replication_id.is_none_or(|id| id.is_empty())
+    let replication_id = text.lines().map(str::trim).filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.split_once(':')?;
+        key.trim().eq_ignore_ascii_case("replication-id").then(|| value.trim())
+    });
+    is_pika_syntax(text) && persisted_master(text).is_some() && replication_id.is_none_or(str::is_empty)
+}
+
+/// Whether a config is in pika's `key : value` syntax rather than redis's `key value`.
+fn is_pika_syntax(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim_start();
+        !l.starts_with('#') && l.split_once(':').is_some_and(|(k, _)| !k.trim().is_empty() && k.ends_with(' '))
+    })
 }
 
 /// The config text with its replication line replaced. Pika's syntax is `key : value`; redis's is `key value`. A pika
@@ -514,10 +514,7 @@ pub fn copies_in_full(text: &str) -> bool {
 /// master in full when it connects.
 #[must_use]
 pub fn with_replication(text: &str, master: Option<&HostPort>) -> String {
-    let pika_syntax = text.lines().any(|l| {
-        let l = l.trim_start();
-        !l.starts_with('#') && l.split_once(':').is_some_and(|(k, _)| !k.trim().is_empty() && k.ends_with(' '))
-    });
+    let pika_syntax = is_pika_syntax(text);
     let is_replication_line = |line: &str| {
         let key = line.trim_start().split([' ', ':', '\t']).next().unwrap_or_default().to_ascii_lowercase();
         !line.trim_start().starts_with('#') && (key == "slaveof" || key == "replicaof")

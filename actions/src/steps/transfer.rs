@@ -192,7 +192,32 @@ pub fn handover_key(prefix: &str, gid: u32) -> String {
 /// error state or a full sync): `<cluster prefix>/distrust/<server>`.
 #[must_use]
 pub fn distrust_key(prefix: &str, server: &str) -> String {
-    format!("{}/distrust/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
+    server_mark_key(prefix, DISTRUST, server)
+}
+
+/// The folders of the per-server marks, below the cluster prefix.
+const DISTRUST: &str = "distrust";
+const RELINK: &str = "relink";
+
+/// `<cluster prefix>/<folder>/<server>`, the server in lower case.
+fn server_mark_key(prefix: &str, folder: &str, server: &str) -> String {
+    format!("{}/{folder}/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
+}
+
+/// The marks in `folder` under `prefix` by server, each value read by `parse` (a value it rejects is skipped).
+async fn server_marks<T>(
+    etcd: &crate::clients::etcd::Etcd,
+    prefix: &str,
+    folder: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<BTreeMap<String, T>, crate::clients::etcd::Error> {
+    let dir = server_mark_key(prefix, folder, "");
+    Ok(etcd
+        .list(&dir)
+        .await?
+        .into_iter()
+        .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), parse(&e.value)?)))
+        .collect())
 }
 
 /// The servers marked out of sync under `prefix` ([`distrust_key`]), with the state each was seen in.
@@ -203,13 +228,7 @@ pub async fn distrust_marks(
     etcd: &crate::clients::etcd::Etcd,
     prefix: &str,
 ) -> Result<BTreeMap<String, SyncState>, crate::clients::etcd::Error> {
-    let dir = format!("{}/distrust/", prefix.trim_end_matches('/'));
-    Ok(etcd
-        .list(&dir)
-        .await?
-        .into_iter()
-        .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), SyncState::parse(&e.value)?)))
-        .collect())
+    server_marks(etcd, prefix, DISTRUST, SyncState::parse).await
 }
 
 /// The etcd key marking `server` as copied in full from its master since it was last re-linked:
@@ -219,7 +238,7 @@ pub async fn distrust_marks(
 /// held. The failover watcher re-links such a replica once it is in sync ([`relink`]), paying it off the write path.
 #[must_use]
 pub fn relink_key(prefix: &str, server: &str) -> String {
-    format!("{}/relink/{}", prefix.trim_end_matches('/'), server.to_ascii_lowercase())
+    server_mark_key(prefix, RELINK, server)
 }
 
 /// Where a replica copied in full stands: [`relink_key`]'s value.
@@ -260,13 +279,7 @@ pub async fn relink_marks(
     etcd: &crate::clients::etcd::Etcd,
     prefix: &str,
 ) -> Result<BTreeMap<String, RelinkMark>, crate::clients::etcd::Error> {
-    let dir = format!("{}/relink/", prefix.trim_end_matches('/'));
-    Ok(etcd
-        .list(&dir)
-        .await?
-        .into_iter()
-        .filter_map(|(k, e)| Some((k.strip_prefix(&dir)?.to_owned(), RelinkMark::parse(&e.value))))
-        .collect())
+    server_marks(etcd, prefix, RELINK, |value| Some(RelinkMark::parse(value))).await
 }
 
 /// Marks `server` as about to be copied in full ([`relink_key`]); best effort: without the mark the only cost is

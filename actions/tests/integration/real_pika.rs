@@ -778,6 +778,16 @@ fn relink_marks(bed: &RealBed) -> BTreeMap<String, pika_action::steps::transfer:
     })
 }
 
+/// Waits (at most 60 s) until no replica is marked for a re-link: the watcher re-linked each and saw it in sync.
+fn wait_for_relinks(bed: &RealBed, watcher: &testbed::real::bed::Watcher) {
+    let mut left = BTreeMap::new();
+    let gone = testbed::cluster::eventually(Duration::from_secs(60), || {
+        left = relink_marks(bed);
+        left.is_empty()
+    });
+    assert!(gone, "replicas never re-linked: {left:?}\nwatcher:\n{}", watcher.log());
+}
+
 /// Every replica of a new cluster was copied in full when it joined, and pika leaves its rsync client idle but not
 /// stopped after that; the first `SLAVEOF` it gets stops it, refusing writes meanwhile, which unpaid is the promote
 /// of the first switchover to it. Registration marks those replicas, and the failover watcher re-links each once it
@@ -801,12 +811,7 @@ fn scenario_relink(line: Line) {
     let before: Vec<usize> = replicas.iter().map(|p| stops(p)).collect();
     let traffic = Traffic::start(&bed, "relink");
     let watcher = bed.start_watcher();
-    let mut left = BTreeMap::new();
-    let gone = testbed::cluster::eventually(Duration::from_secs(60), || {
-        left = relink_marks(&bed);
-        left.is_empty()
-    });
-    assert!(gone, "replicas never re-linked: {left:?}\nwatcher:\n{}", watcher.log());
+    wait_for_relinks(&bed, &watcher);
     for (pod, before) in replicas.iter().zip(before) {
         assert!(stops(pod) > before, "{}'s idle rsync client was not stopped by its re-link", pod.name);
     }
@@ -822,12 +827,7 @@ fn scenario_relink(line: Line) {
 fn a_re_link_killed_between_its_two_commands_is_repaired_by_the_watcher() {
     let bed = created(1, 2, Line::V1_1);
     let watcher = bed.start_watcher();
-    let mut left = BTreeMap::new();
-    let relinked = testbed::cluster::eventually(Duration::from_secs(60), || {
-        left = relink_marks(&bed);
-        left.is_empty()
-    });
-    assert!(relinked, "replicas never re-linked: {left:?}\nwatcher:\n{}", watcher.log());
+    wait_for_relinks(&bed, &watcher);
     let traffic = Traffic::start(&bed, "relink-killed");
     let replica = bed.shards[0].pods.iter().find(|p| p.role() != "master").expect("a replica");
     let reply = replica.connect().command(&["SLAVEOF", "NO", "ONE"]).expect("SLAVEOF NO ONE");
