@@ -539,6 +539,22 @@ impl Pika {
         self.query("SLAVEOF", &cmd, None).await
     }
 
+    /// `CLEARREPLICATIONID` (pika): forgets the replication ID (and an unfinished full sync), persisted by pika itself.
+    /// pika refuses a master whose ID differs from its own, non-empty one ("replicationid on both sides of the
+    /// connection are inconsistent") and stays in its error state; with none it adopts the master's and copies it in
+    /// full. Send it to a server that follows nothing ([`Pika::slaveof_no_one`] first).
+    pub async fn clear_replication_id(&self) -> Result<(), Error> {
+        crate::failpoint::step("CLEARREPLICATIONID");
+        tracing::debug!(pika = %self.addr, "clear replication id");
+        let reply: String = self.query("CLEARREPLICATIONID", &redis::cmd("CLEARREPLICATIONID"), None).await?;
+        // pika answers `+ReplicationID is cleared` rather than `+OK`.
+        if reply.to_ascii_lowercase().contains("cleared") || reply.eq_ignore_ascii_case("OK") {
+            Ok(())
+        } else {
+            Err(self.unexpected("CLEARREPLICATIONID", &reply))
+        }
+    }
+
     /// `SLAVEOF NO ONE` (a no-op on a master). Persist with [`Pika::config_rewrite`].
     pub async fn slaveof_no_one(&self) -> Result<(), Error> {
         crate::failpoint::step("SLAVEOF NO ONE");

@@ -26,6 +26,7 @@
 //! catch-up check and before the proxies locked the slots may not have reached the new master.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::clients::codis::{Group, Stats};
 use crate::clients::server::ServerAddr;
@@ -38,6 +39,8 @@ use crate::steps::{register, transfer};
 
 /// Keys read per `SCAN` while deleting the keys of slots a group no longer owns.
 const SCAN_BATCH: usize = 1000;
+/// Longest a begin waits for a pod's replicas to leave it (pika lets go of them within its 3 s replication cron).
+const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a split cannot go on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -214,8 +217,11 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
         pods.push((is_master, pod.ordinal(), pod));
     }
     pods.sort_by_key(|(is_master, ordinal, _)| (*is_master, *ordinal));
+    let donor_id = s.replication(&alias).await?.replication_id;
     for (_, _, pod) in pods {
         let server = s.server(pod);
+        wait_replicas_gone(s, &server).await?;
+        forget_own_history(s, &server, &alias, donor_id.as_deref()).await?;
         match s.ensure_follows(&server, &alias).await {
             Err(Error::Pika(e)) if e.is_transient_slaveof_refusal() => {
                 return Err(Error::InProgress {
@@ -231,6 +237,42 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
     let mapping: Vec<(u32, u32)> = slots.iter().map(|&sid| (sid, gid)).collect();
     s.dashboard.slots_assign(&mapping).await?;
     Ok(())
+}
+
+/// Readies `server` to copy the donor's master behind `alias`, whose replication ID is `donor_id`: a pika that
+/// carries another, non-empty ID (the 1.1 chart registers a new shard on its own first, so its pods replicate their
+/// pod 0 under an ID of their own) is refused by the donor and stays in its error state. It is made to follow nothing
+/// and to forget its ID; then it adopts the donor's and copies it in full. A pod that holds no key loses nothing (the
+/// split only begins on empty pods). A master still listing replicas is left alone: pika refuses to re-point it, and
+/// [`begin`] waits for its replicas to leave first.
+async fn forget_own_history(s: &Session<'_>, server: &str, alias: &str, donor_id: Option<&str>) -> Result<()> {
+    let conn = s.pika(server).await?;
+    let info = conn.info_replication().await?;
+    if info.kind != crate::clients::pika::ServerKind::Pika || info.follows(&s.dial(alias)?) {
+        return Ok(());
+    }
+    let Some(own) = info.replication_id.as_deref() else { return Ok(()) };
+    if Some(own) == donor_id || (!info.role.is_slave() && info.connected_slaves > 0) {
+        return Ok(());
+    }
+    tracing::info!(server, "forgetting the pod's own replication ID so that it can copy the donor");
+    conn.slaveof_no_one().await?;
+    conn.clear_replication_id().await?;
+    conn.config_rewrite().await?;
+    Ok(())
+}
+
+/// Waits (at most [`LEAVE_WAIT`]) until `server`, a master, lists no replica: pika drops a replica that left only at
+/// that replica's 3 s replication cron, and refuses `SLAVEOF` until then.
+async fn wait_replicas_gone(s: &Session<'_>, server: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(LEAVE_WAIT);
+    loop {
+        let info = s.replication(server).await?;
+        if info.role.is_slave() || info.connected_slaves == 0 || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+    }
 }
 
 /// Deletes every server of `gid`, replicas first; the group serves no slot.
@@ -275,18 +317,29 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let alias = alias.to_owned();
                 let to = new_master(s, shard, group)?;
                 catch_up(s, shard, &alias, &to).await?;
-                s.under_topology_lock(async |_| {
-                    let stats = s.stats().await?;
-                    let still =
-                        stats.group(gid).and_then(|g| g.master()).is_some_and(|m| m.eq_ignore_ascii_case(&alias));
-                    if still {
-                        transfer::catch_up(s, &alias, &to, 0).await;
-                        tracing::info!(gid, to = %to, "promoting the split's new master");
-                        transfer::promote(s, gid, &to).await?;
+                let cut = s
+                    .under_topology_lock(async |_| {
+                        let stats = s.stats().await?;
+                        let Some(group) = stats.group(gid) else { return Ok(()) };
+                        if group.is_promoting() {
+                            // A promote left in progress by a run that stopped: resumed with its own address.
+                            let index = group.promoting.index.unwrap_or(0);
+                            let target = group.servers.get(index).map(|gs| gs.server.clone()).unwrap_or(to.clone());
+                            return transfer::promote(s, gid, &target).await;
+                        }
+                        if group.master().is_some_and(|m| m.eq_ignore_ascii_case(&alias)) {
+                            tracing::info!(gid, to = %to, "promoting the split's new master, the group's writes held");
+                            transfer::promote_split(s, gid, &alias, &to).await?;
+                        }
+                        Ok(())
+                    })
+                    .await;
+                match cut {
+                    Err(Error::Transfer(transfer::Refusal::NotCaughtUp { .. })) => {
+                        tracing::info!(gid, to = %to, "the new master did not reach the donor while writes were held");
                     }
-                    Ok(())
-                })
-                .await?;
+                    other => other?,
+                }
             }
             Some((_, alias)) => {
                 let alias = alias.to_owned();
@@ -341,17 +394,16 @@ fn settled<'s>(stats: &'s Stats, shard: &Shard, gid: u32) -> Result<&'s Group> {
     Ok(group)
 }
 
-/// Step 3a, under the lock: the shard's other pods follow the new master.
+/// Step 3a, under the lock: the shard's other pods follow the new master and are in sync with it. They followed
+/// the donor's master, which kept taking writes for its own slots after the promote: a pod past the new master's
+/// position at the promote (the [`crate::plan::resync::Handover`] the cutover recorded) copies it in full, as pika's incremental
+/// sync would otherwise leave it diverged or in its error state.
 async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
     let stats = s.stats().await?;
-    let group = settled(&stats, shard, gid)?;
-    let master = group.master().unwrap_or_default().to_owned();
-    s.ensure_master(&master).await?;
-    for gs in &group.servers[1..] {
-        if !ServerAddr::of(&gs.server).is_alias() {
-            s.ensure_follows(&gs.server, &master).await?;
-        }
-    }
+    settled(&stats, shard, gid)?;
+    let converged = transfer::converge(s, gid).await?;
+    tracing::info!(gid, converged = %converged.describe(), "the split's group follows its new master");
+    transfer::clear_fence(s, gid, &converged.master).await;
     Ok(())
 }
 

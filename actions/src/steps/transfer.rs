@@ -748,6 +748,30 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
     }
 }
 
+/// A split's cutover: group `gid` serves its slots through `alias` (the donor's master, under its alias) and `to`,
+/// a replica of the donor's master, takes them over. Fenced like a planned transfer: the fence names `to`, the
+/// proxies hold the group's slots (and only those: the donor's own slots route to the unaliased address and keep
+/// taking writes), the donor's binlog position is read after that, `to` must reach it, and only then does Codis
+/// promote `to`. The [`Handover`] it records (from the alias) lets the shard's other pods re-point to `to` without a
+/// full copy when their history goes no further than `to`'s at the promote. A fence left by a run that stopped may
+/// leave the proxies holding: it is released first. The caller holds the topology lock; clears the fence once the
+/// group converged ([`clear_fence`]).
+///
+/// # Errors
+/// [`Refusal::NotCaughtUp`] when `to` did not reach the donor's position within [`crate::steps::hold::CATCH_UP_WHILE_HELD`]
+/// (the hold is released, nothing promoted: try again); a fence that changed under us; Codis or pika errors.
+pub async fn promote_split(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Result<()> {
+    let key = fence_key(&s.prefix(), gid);
+    let fence = s.etcd()?.get(&key).await?;
+    if fence.is_some() {
+        crate::steps::hold::release(s, gid).await;
+    }
+    write_fence(s, gid, fence.as_ref(), to).await?;
+    catch_up(s, alias, to, CLOSE_ENOUGH_BYTES).await;
+    let stats = s.stats().await?;
+    promote_held(s, &stats, gid, alias, to).await
+}
+
 /// The promote of a planned transfer, with the group's writes held at the proxies ([`crate::steps::hold`]) from
 /// before the new master's last catch-up to the end of the promote, so the new master has every write the old one
 /// acknowledged. The hold is released if anything fails before Codis takes it over.

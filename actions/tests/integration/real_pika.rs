@@ -868,13 +868,11 @@ fn rolling_restart_on_1_1() {
 }
 
 #[test]
-#[ignore = "real pika: a 3 to 4 scale-out (a split) lost 1 acknowledged key in 1 of 3 runs here (issue 34)"]
 fn scale_out_three_to_four_on_1_0() {
     scenario_scale_out(Line::V1_0);
 }
 
 #[test]
-#[ignore = "real pika: never finishes: the new shard's pods log 'Meta Sync Failed: replicationid on both sides of the connection are inconsistent' and shard-add exits 75 for as long as it is retried (issue 34)"]
 fn scale_out_three_to_four_on_1_1() {
     scenario_scale_out(Line::V1_1);
 }
@@ -1480,13 +1478,11 @@ mod emulated {
     }
 
     #[test]
-    #[ignore = "real pika: in 1 of 3 runs the new shard's replica never synced from its new master after the split ('waiting for <pod 1> to sync from <pod 0>' for 120 s; issue 34)"]
     fn scale_out_three_to_four_on_1_0() {
         scale_shards(Line::V1_0, 3, 4);
     }
 
     #[test]
-    #[ignore = "real pika: never finishes: shardAdd exits 75 'waiting for <new pod 0> to sync from <donor master>' for as long as it is retried; pika logs 'replicationid on both sides of the connection are inconsistent' (issue 34)"]
     fn scale_out_three_to_four_on_1_1() {
         scale_shards(Line::V1_1, 3, 4);
     }
