@@ -35,6 +35,9 @@ pub struct WorkloadOptions {
     /// The password every connection sends first (`AUTH`), as a codis-proxy with `session_auth` requires. Default
     /// none.
     pub auth: Option<String>,
+    /// Write only keys of these slots, out of the given slot count (`max_slot_num`): a writer aimed at the slots an
+    /// operation moves. Default: every key.
+    pub only_slots: Option<(usize, std::collections::BTreeSet<usize>)>,
 }
 
 impl WorkloadOptions {
@@ -48,6 +51,7 @@ impl WorkloadOptions {
             pace: Duration::from_millis(1),
             timeout: Duration::from_secs(2),
             auth: None,
+            only_slots: None,
         }
     }
 }
@@ -139,8 +143,13 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
     let mut n: u64 = 0;
     while !stop.load(Ordering::SeqCst) {
         let key = format!("{}:{writer}:{n}", opts.prefix);
-        let value = format!("value-of-{key}");
         n += 1;
+        if let Some((count, slots)) = &opts.only_slots {
+            if !slots.contains(&crate::codis::slothash::slot_of(key.as_bytes(), *count)) {
+                continue;
+            }
+        }
+        let value = format!("value-of-{key}");
         let outcome = match conn.take().map_or_else(|| Client::connect(target, opts.timeout, opts.auth.as_deref()), Ok)
         {
             Ok(mut c) => match c.command(&[b"SET", key.as_bytes(), value.as_bytes()]) {

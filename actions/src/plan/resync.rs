@@ -27,6 +27,11 @@ pub struct Handover {
     pub replication_id: Option<String>,
     /// `to`'s binlog position before the promote.
     pub position: BinlogPosition,
+    /// `from` kept taking writes after the promote: a split's donor, whose own slots it goes on serving. A member
+    /// that followed it went on past `position` with writes the new master never gets, and its position, read before
+    /// it is re-pointed, may be passed again before the `SLAVEOF` lands.
+    #[serde(default)]
+    pub from_kept_writing: bool,
 }
 
 /// What a member says of its history, as the step that re-points it reads it.
@@ -76,7 +81,9 @@ pub fn resync_for(master: &str, handover: Option<&Handover>, member: &MemberHist
         }
         return Resync::Incremental;
     }
-    if member.follows_replaced {
+    if member.follows_replaced && h.from_kept_writing {
+        Resync::Full("it followed a master that kept taking writes after the promotion")
+    } else if member.follows_replaced {
         Resync::Incremental
     } else {
         Resync::Full("it did not follow the replaced master")
@@ -97,6 +104,7 @@ mod tests {
             unplanned,
             replication_id: Some("id".into()),
             position: BinlogPosition::new(2, 500),
+            from_kept_writing: false,
         }
     }
 
@@ -132,6 +140,16 @@ mod tests {
         assert!(matches!(resync_for(MASTER, Some(&handover(true)), &old), Resync::Full(_)));
         let ahead = MemberHistory { position: Some(BinlogPosition::new(2, 600)), ..old };
         assert!(matches!(resync_for(MASTER, Some(&handover(false)), &ahead), Resync::Full(_)));
+    }
+
+    #[test]
+    fn a_follower_of_a_split_donor_copies_the_new_master_in_full_wherever_it_stood() {
+        // The donor's master goes on taking writes for its own slots: a position read before the re-point may be
+        // passed, with records the new master never gets, before the `SLAVEOF` lands.
+        let h = Handover { from_kept_writing: true, ..handover(false) };
+        for at in [BinlogPosition::new(1, 900), BinlogPosition::new(2, 500)] {
+            assert!(matches!(resync_for(MASTER, Some(&h), &follower(at)), Resync::Full(_)), "at {at}");
+        }
     }
 
     #[test]
@@ -177,14 +195,15 @@ mod tests {
             at in position(),
             member in history(),
             recorded in any::<bool>(),
+            kept_writing in any::<bool>(),
         ) {
-            let h = Handover { position: at, ..handover(unplanned) };
+            let h = Handover { position: at, from_kept_writing: kept_writing, ..handover(unplanned) };
             let decided = resync_for(MASTER, recorded.then_some(&h), &member);
             let prefix = recorded
                 && member.sync != Some(SyncState::Error)
                 && member.replication_id.as_deref() == Some("id")
                 && member.position.is_some_and(|p| p <= at)
-                && if member.replaced_master { !unplanned } else { member.follows_replaced };
+                && if member.replaced_master { !unplanned } else { member.follows_replaced && !kept_writing };
             prop_assert_eq!(decided == Resync::Incremental, prefix, "{:?}", decided);
         }
     }

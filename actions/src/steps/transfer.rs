@@ -817,6 +817,8 @@ async fn record_handover(
         unplanned,
         replication_id: info.replication_id,
         position: at.or(info.position).unwrap_or_default(),
+        // A split promotes off its donor's master under its alias, which goes on serving the donor's own slots.
+        from_kept_writing: ServerAddr::of(from).is_alias(),
     };
     // Strings and numbers only: serialising cannot fail, and an unreadable record only means full resyncs.
     let value = serde_json::to_string(&record).unwrap_or_default();
