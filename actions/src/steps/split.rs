@@ -228,7 +228,11 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
                     progress: format!("{server} cannot follow {alias} yet ({e}); the next run goes on with the split"),
                 });
             }
-            other => other?,
+            // An empty pod (a split begins on no other) copies the donor in full.
+            Ok(true) => transfer::mark_copied(s, &server).await,
+            other => {
+                other?;
+            }
         };
         if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
             register::add_server(s, gid, &server).await?;
@@ -317,6 +321,9 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let alias = alias.to_owned();
                 let to = new_master(s, shard, group)?;
                 catch_up(s, shard, &alias, &to).await?;
+                if relink_copied(s, &alias, &to).await? {
+                    catch_up(s, shard, &alias, &to).await?;
+                }
                 let cut = s
                     .under_topology_lock(async |_| {
                         let stats = s.stats().await?;
@@ -383,6 +390,32 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
         s.ctx.budget.check(|| format!("{to} is catching up with {alias}"))?;
         tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
+}
+
+/// Re-links `to` to the donor's master behind `alias` when it was copied in full and not re-linked since
+/// ([`transfer::relink_key`]); returns whether it did. pika leaves a replica copied in full with its rsync client idle
+/// but not stopped, and the next `SLAVEOF` it gets stops it, refusing writes meanwhile (0.5 to 1.5 s): unpaid, that
+/// is the cutover's promote, with the split's slots held. `to` takes no write but the donor's, so after `SLAVEOF NO
+/// ONE` and `SLAVEOF` the same master it resumes incrementally (the donor lets the new link in once the old one
+/// closes, within 3 s); a run stopped in between leaves it a master that the next run points at the donor again.
+async fn relink_copied(s: &Session<'_>, alias: &str, to: &str) -> Result<bool> {
+    let etcd = s.etcd()?;
+    let marks = transfer::relink_marks(etcd, &s.prefix()).await?;
+    if marks.get(&to.to_ascii_lowercase()) != Some(&transfer::RelinkMark::Copied) {
+        return Ok(false);
+    }
+    let at = s.dial(alias)?;
+    let conn = s.pika(to).await?;
+    let info = conn.info_replication().await?;
+    if info.kind != crate::clients::pika::ServerKind::Pika || !info.follows(&at) || !info.in_sync() {
+        return Ok(false);
+    }
+    conn.slaveof_no_one().await?;
+    conn.slaveof(&at).await?;
+    tracing::info!(to, alias, "re-linked the split's new master to the donor, stopping pika's idle rsync client");
+    let key = transfer::relink_key(&s.prefix(), to);
+    etcd.put(&key, transfer::RelinkMark::Relinked.word(), None).await?;
+    Ok(true)
 }
 
 /// The split's group, when it is there and not promoting.
