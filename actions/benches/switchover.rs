@@ -20,70 +20,15 @@
 //!
 //! `cargo bench -p pika-action --bench switchover` (needs root and the servers `scripts/setup.sh` installs).
 
+#[path = "support/real_bench.rs"]
+mod real_bench;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use real_bench::{logged, run_to_completion, summary, Beat, Writer};
 use testbed::real::bed::{Line, RealBed, RealBedOptions};
-
-/// One write: when it was sent, and when it was acknowledged (`None`: an error or no answer).
-#[derive(Clone, Debug)]
-struct Beat {
-    key: String,
-    sent: Instant,
-    acked: Option<Instant>,
-}
-
-/// A writer through the proxy's data port, timing every write.
-struct Writer {
-    stop: Arc<AtomicBool>,
-    beats: Arc<Mutex<Vec<Beat>>>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Writer {
-    fn start(bed: &RealBed) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let beats = Arc::new(Mutex::new(Vec::new()));
-        let (s, b) = (Arc::clone(&stop), Arc::clone(&beats));
-        let proxy = bed.proxies[0].connect().expect("connect to the proxy");
-        let reconnect = {
-            let addr = bed.proxies[0].data_addr().to_owned();
-            let password = bed.password.clone();
-            move || testbed::process::RespConnection::connect(&addr, Some(&password), Duration::from_secs(5)).ok()
-        };
-        let thread = std::thread::spawn(move || {
-            let mut conn = Some(proxy);
-            let mut n = 0u64;
-            while !s.load(Ordering::SeqCst) {
-                let key = format!("bench:{n}");
-                n += 1;
-                let sent = Instant::now();
-                let ok = match conn.as_mut() {
-                    Some(c) => c.command(&["SET", &key, &format!("v-{key}")]).is_ok_and(|r| r == "+OK"),
-                    None => false,
-                };
-                b.lock().unwrap().push(Beat { key, sent, acked: ok.then(Instant::now) });
-                if !ok {
-                    conn = reconnect();
-                }
-            }
-        });
-        Self { stop, beats, thread }
-    }
-
-    fn acked(&self) -> usize {
-        self.beats.lock().unwrap().iter().filter(|b| b.acked.is_some()).count()
-    }
-
-    fn stop(self) -> Vec<Beat> {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.thread.join();
-        std::mem::take(&mut *self.beats.lock().unwrap())
-    }
-}
 
 /// What one switchover cost.
 struct Run {
@@ -219,30 +164,4 @@ fn wait_for_relinks(bed: &RealBed) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
-}
-
-/// Runs the action until it exits 0, rerunning on 75 as KubeBlocks requeues.
-fn run_to_completion(bed: &RealBed, args: &[&str], env: &BTreeMap<String, String>) {
-    for _ in 0..10 {
-        let out = bed.run(args, env);
-        match out.status.code() {
-            Some(0) => return,
-            Some(75) => continue,
-            _ => panic!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr)),
-        }
-    }
-    panic!("{args:?} did not finish in 10 runs");
-}
-
-/// The number the action logged as `<field>=<n>`.
-fn logged(said: &str, field: &str) -> Option<u64> {
-    let at = said.find(&format!("{field}="))? + field.len() + 1;
-    said[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-}
-
-fn summary(what: &str, mut values: Vec<u64>) {
-    values.sort_unstable();
-    if let (Some(min), Some(max)) = (values.first(), values.last()) {
-        println!("{what}: min {min}, median {}, max {max} over {}", values[values.len() / 2], values.len());
-    }
 }

@@ -7,10 +7,17 @@
 //! 1. **Begin** (under the topology lock): `G` gets the donor's master under its alias
 //!    ([`ServerAddr::alias_of`]) as its master, every pod of the shard as a replica of it, and then, by
 //!    `slots/assign`, its share of the donor's slots. The proxies route those slots to the same pika as before, so no
-//!    write is refused and no read is stale.
-//! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master; then,
-//!    under the lock, Codis promotes the new master (the proxies hold `G`'s slots meanwhile).
-//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods follow the new master;
+//!    write is refused and no read is stale. A pod carrying a replication ID of its own (the 1.1 chart registers a
+//!    new shard on its own first, so its pods replicate their pod 0) would be refused by the donor: it follows nothing
+//!    and forgets its ID first (`CLEARREPLICATIONID`), then copies the donor in full.
+//! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master, and the
+//!    new master, copied in full, is re-linked to it once (pika stops its idle rsync client at the next `SLAVEOF`,
+//!    refusing writes meanwhile: better now than inside the cutover). Then, under the lock, the fenced cutover
+//!    ([`transfer::promote_split`]): the proxies hold `G`'s slots, the donor's position is read after that, the new
+//!    master must reach it, and only then does Codis promote it.
+//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods copy the new master in
+//!    full (they followed the donor, which went on taking writes for its own slots, so no position of theirs is known
+//!    to be a prefix of the new master's) and are waited for until in sync;
 //!    then, holding no lock, each side deletes the keys of the slots it no longer owns; then, under the lock, the
 //!    alias is removed. No slot moves onto the new group while it still holds copies of keys it does not own (a
 //!    later migration would bring back a key deleted meanwhile): while the alias is listed no move touching the group
@@ -22,8 +29,8 @@
 //! never plans slot moves touching the group, and neither switches over nor removes the donor's master.
 //!
 //! After the promote the new master rebuilds pika's per-slot key sets (`SLOTSRELOAD`, in the background), which a
-//! pika replica may not keep. The promote has the window every planned promote has: a write the donor's master acknowledged after the last
-//! catch-up check and before the proxies locked the slots may not have reached the new master.
+//! pika replica may not keep. Deletes go through `DEL`, so they reach every replica by the binlog (pika's
+//! `SLOTSCLEANUP` writes none).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
