@@ -681,8 +681,9 @@ fn scenario_rolling_restart(line: Line) {
 }
 
 /// A scale-out by `new` shards of `pods` pods each, as the line runs it: on 1.1 each new shard registers on its own
-/// (component postProvision `--own-shard`), then the ShardingDefinition's shardAdd runs for each; on 1.0 each new
-/// shard's component postProvision does it all.
+/// (component postProvision `--own-shard`), then the ShardingDefinition's shardAdds run as a reconcile calls them
+/// (so a 2→4 splits both new shards, each off a donor of its own); on 1.0 each new shard's component postProvision
+/// does it all.
 fn scale_out_by(bed: &mut RealBed, new: usize, pods: u32) {
     let added: Vec<usize> = (0..new).map(|_| bed.add_shard(pods)).collect();
     for &index in &added {
@@ -692,11 +693,38 @@ fn scale_out_by(bed: &mut RealBed, new: usize, pods: u32) {
         };
     }
     if bed.line == Line::V1_1 {
-        for &index in &added {
-            let full = bed.shards[index].full.clone();
-            run_to_completion(bed, &["shard-add"], &with(bed.env(0), &[("KB_ADD_SHARD_NAME", full)]));
-        }
+        let envs: Vec<_> =
+            added.iter().map(|&i| with(bed.env(0), &[("KB_ADD_SHARD_NAME", bed.shards[i].full.clone())])).collect();
+        reconcile(bed, &["shard-add"], &envs);
     }
+}
+
+/// What a KubeBlocks 1.1 reconcile does with one change's shardAdds: calls each once, in order; those that exit 75
+/// are called again in the next reconcile (after a pause that doubles from 5 ms, capped at 1 s here, where
+/// controller-runtime's goes on to 1000 s).
+fn reconcile(bed: &RealBed, args: &[&str], envs: &[BTreeMap<String, String>]) {
+    let mut pending: Vec<&BTreeMap<String, String>> = envs.iter().collect();
+    let mut pause = Duration::from_millis(5);
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut failed = Vec::new();
+        for env in pending {
+            let out = bed.run(args, env);
+            last = describe(&out);
+            match out.status.code() {
+                Some(0) => {}
+                Some(75) => failed.push(env),
+                _ => panic!("{args:?} failed: {last}\ndashboard log:\n{}", bed.dashboard.log()),
+            }
+        }
+        if failed.is_empty() {
+            return;
+        }
+        pending = failed;
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+    panic!("{args:?} did not finish in 60 reconciles; the last said:\n{last}\ndashboard log:\n{}", bed.dashboard.log());
 }
 
 fn scale_out(bed: &mut RealBed) {
