@@ -3,7 +3,10 @@
 //! Every external mutation (a Codis PUT, a SLAVEOF or CONFIG REWRITE, an etcd write) calls [`step`] first. Built
 //! with the `failpoints` feature and run with `PIKA_ACTION_CRASH_AT=<n>`, the process aborts just before its n-th
 //! mutation, with no cleanup, as a killed pod would; the tests then rerun the action and check that it converges.
-//! Without the feature this compiles to nothing, and the variable is never read.
+//! With `PIKA_ACTION_CRASH_BEFORE=<text>` it aborts before the first mutation whose name contains `<text>`: a
+//! process with background work (the watcher's sweeps and repairs) numbers its mutations differently from run to
+//! run, so a test that must crash before one given mutation names it. Without the feature this compiles to nothing,
+//! and the variables are never read.
 
 /// Marks the mutation `what` as about to happen.
 #[inline]
@@ -21,13 +24,15 @@ mod armed {
 
     static COUNT: AtomicUsize = AtomicUsize::new(0);
     static CRASH_AT: OnceLock<Option<usize>> = OnceLock::new();
+    static CRASH_BEFORE: OnceLock<Option<String>> = OnceLock::new();
 
     pub(super) fn step(what: &str) {
-        // Read here rather than in `vars`: this hook exists only in test builds.
+        // Read here rather than in `vars`: these hooks exist only in test builds.
         let crash_at =
             *CRASH_AT.get_or_init(|| std::env::var("PIKA_ACTION_CRASH_AT").ok().and_then(|v| v.parse().ok()));
+        let crash_before = CRASH_BEFORE.get_or_init(|| std::env::var("PIKA_ACTION_CRASH_BEFORE").ok());
         let n = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
-        if crash_at == Some(n) {
+        if crash_at == Some(n) || crash_before.as_deref().is_some_and(|t| what.contains(t)) {
             eprintln!("crash point {n}: aborting before {what}");
             std::process::abort();
         }

@@ -37,7 +37,16 @@ fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTree
         }
     }
     let last = said.last().map(String::as_str).unwrap_or_default();
-    panic!("{args:?} did not finish in 10 runs; the last said:\n{last}\ndashboard log:\n{}", bed.dashboard.log());
+    panic!(
+        "{args:?} did not finish in 10 runs; the last said:\n{last}\ndashboard log:\n{}\n{}",
+        bed.dashboard.log(),
+        pods_report(bed)
+    );
+}
+
+/// Every pod's replication and log tail, for a run that did not finish.
+fn pods_report(bed: &RealBed) -> String {
+    bed.shards.iter().flat_map(|s| &s.pods).map(testbed::real::pika::PikaPod::report).collect::<Vec<_>>().join("\n")
 }
 
 /// Writes `n` keys through the proxy; returns them.
@@ -724,7 +733,11 @@ fn reconcile(bed: &RealBed, args: &[&str], envs: &[BTreeMap<String, String>]) {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
     }
-    panic!("{args:?} did not finish in 60 reconciles; the last said:\n{last}\ndashboard log:\n{}", bed.dashboard.log());
+    panic!(
+        "{args:?} did not finish in 60 reconciles; the last said:\n{last}\ndashboard log:\n{}\n{}",
+        bed.dashboard.log(),
+        pods_report(bed)
+    );
 }
 
 fn scale_out(bed: &mut RealBed) {

@@ -239,6 +239,15 @@ impl PikaPod {
         self.command(&["INFO", "replication"])
     }
 
+    /// What a stuck test prints of the pod: its `INFO replication` (or why it did not answer) and [`PikaPod::logs`].
+    #[must_use]
+    pub fn report(&self) -> String {
+        let info = RespConnection::connect(&self.addr(), self.password.as_deref(), Duration::from_secs(2))
+            .and_then(|mut c| c.command(&["INFO", "replication"]))
+            .unwrap_or_else(|e| format!("no answer: {e}"));
+        format!("=== {} ===\n{}\n{}", self.name, info.trim_end(), self.logs())
+    }
+
     /// `role:` of `INFO replication`.
     #[must_use]
     pub fn role(&self) -> String {
