@@ -53,7 +53,7 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
         return role_probe::run(ctx, event);
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         match &ctx.event {
             Event::PostProvision(event) => post_provision::run(ctx, event).await,
             Event::ShardAdd(event) => shard_add::run(ctx, event).await,
@@ -67,7 +67,24 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
             Event::Watch(event) => watcher::run(ctx, event).await,
             Event::RoleProbe(event) => role_probe::run(ctx, event),
         }
-    })
+    });
+    budget_ran_out(ctx, result)
+}
+
+/// A failure once the budget is used up is the budget running out (every call's timeout is capped by what is left of
+/// it): exit 75, and the next run resumes, as the contract has it. Except for the switchover, which KubeBlocks runs
+/// once and which never exits 75, and the watcher, whose budget is each job's.
+fn budget_ran_out(ctx: &Context, result: Result<String>) -> Result<String> {
+    match result {
+        Err(e)
+            if e.exit_code() == error::EXIT_FAILURE
+                && ctx.budget.expired()
+                && !matches!(ctx.event, Event::Switchover(_) | Event::Watch(_)) =>
+        {
+            Err(Error::InProgress { progress: format!("the time budget ran out: {}", e.one_line()) })
+        }
+        other => other,
+    }
 }
 
 /// Sets up `tracing` on stderr, secrets scrubbed, in the format `LOG_FORMAT` asks for.

@@ -39,6 +39,7 @@ use crate::clients::codis::{Group, Stats};
 use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
 use crate::input::event::{Pod, Shard};
+use crate::input::replication::SyncState;
 use crate::plan::{self, Goal};
 use crate::steps::cluster::{Session, POLL};
 use crate::steps::rebalance::slot_states;
@@ -252,14 +253,17 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
 
 /// Readies `server` to copy the donor's master behind `alias`, whose replication ID is `donor_id`: a pika that
 /// carries another, non-empty ID (the 1.1 chart registers a new shard on its own first, so its pods replicate their
-/// pod 0 under an ID of their own) is refused by the donor and stays in its error state. It is made to follow nothing
-/// and to forget its ID; then it adopts the donor's and copies it in full. A pod that holds no key loses nothing (the
-/// split only begins on empty pods). A master still listing replicas is left alone: pika refuses to re-point it, and
-/// [`begin`] waits for its replicas to leave first.
+/// pod 0 under an ID of their own) is refused by the donor, its link down for good, even once it follows the donor.
+/// It is made to follow nothing and to forget its ID; then it adopts the donor's and copies it in full. A pod that
+/// holds no key loses nothing (the split only begins on empty pods). A master still listing replicas is left alone:
+/// pika refuses to re-point it, and [`begin`] waits for its replicas to leave first.
 async fn forget_own_history(s: &Session<'_>, server: &str, alias: &str, donor_id: Option<&str>) -> Result<()> {
     let conn = s.pika(server).await?;
     let info = conn.info_replication().await?;
-    if info.kind != crate::clients::pika::ServerKind::Pika || info.follows(&s.dial(alias)?) {
+    if info.kind != crate::clients::pika::ServerKind::Pika {
+        return Ok(());
+    }
+    if info.follows(&s.dial(alias)?) && info.link_up {
         return Ok(());
     }
     let Some(own) = info.replication_id.as_deref() else { return Ok(()) };
@@ -384,7 +388,7 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
         let server = s.server(pod);
         if stats.group_of_server(&server).is_some() {
             s.ensure_follows(&server, alias).await?;
-            s.wait_link_up(&server, alias).await?;
+            wait_copied(s, &server, alias).await?;
         }
     }
     let target = s.replication(alias).await?.offset;
@@ -395,6 +399,40 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
             _ => return Ok(()),
         }
         s.ctx.budget.check(|| format!("{to} is catching up with {alias}"))?;
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+    }
+}
+
+/// Waits until `server` follows the donor's master behind `alias` with its link up. A pod that cannot get there by
+/// itself copies the donor again in full: one carrying a replication ID that is not the donor's (the donor refuses it
+/// for good; a pod pointed at the donor before forgetting its own stays so) or in pika's error state (which pika never
+/// leaves by itself). It is a copy of the donor and serves nothing of its own, so nothing is lost. Its re-link mark is
+/// left as it is: a pod the re-link sent into the error state is not re-linked again, and the cutover then pays for
+/// stopping its rsync client.
+async fn wait_copied(s: &Session<'_>, server: &str, alias: &str) -> Result<()> {
+    let at = s.dial(alias)?;
+    loop {
+        match s.replication(server).await {
+            Ok(info) if info.follows(&at) && info.link_up => return Ok(()),
+            Ok(info) if info.follows(&at) && info.kind == crate::clients::pika::ServerKind::Pika => {
+                let donor_id = s.replication(alias).await?.replication_id;
+                let refused = info.replication_id.is_some() && info.replication_id != donor_id;
+                if refused || info.sync == Some(SyncState::Error) {
+                    let why = if refused { "its replication ID is not the donor's" } else { "pika's error state" };
+                    tracing::warn!(server, alias, why, "the pod cannot sync from the donor: copying it again in full");
+                    let conn = s.pika(server).await?;
+                    conn.slaveof_no_one().await?;
+                    if refused {
+                        conn.clear_replication_id().await?;
+                    }
+                    conn.slaveof_full_sync(&at, info.kind).await?;
+                    conn.config_rewrite().await?;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(server, error = %e, "pod not answering yet"),
+        }
+        s.ctx.budget.check(|| format!("waiting for {server} to sync from {alias}"))?;
         tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
 }
