@@ -71,15 +71,13 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
     budget_ran_out(ctx, result)
 }
 
-/// A failure once the budget is used up is the budget running out (every call's timeout is capped by what is left of
-/// it): exit 75, and the next run resumes, as the contract has it. Except for the switchover, which KubeBlocks runs
-/// once and which never exits 75, and the watcher, whose budget is each job's.
+/// A call to a pika that timed out once the budget is used up is the budget running out (every call's timeout is
+/// capped by what is left of it), not a failure: exit 75, and the next run resumes, as the contract has it. Except for
+/// the switchover, which KubeBlocks runs once and which never exits 75, and the watcher, whose budget is each job's.
 fn budget_ran_out(ctx: &Context, result: Result<String>) -> Result<String> {
     match result {
-        Err(e)
-            if e.exit_code() == error::EXIT_FAILURE
-                && ctx.budget.expired()
-                && !matches!(ctx.event, Event::Switchover(_) | Event::Watch(_)) =>
+        Err(e @ Error::Pika(clients::pika::Error::Timeout { .. }))
+            if ctx.budget.expired() && !matches!(ctx.event, Event::Switchover(_) | Event::Watch(_)) =>
         {
             Err(Error::InProgress { progress: format!("the time budget ran out: {}", e.one_line()) })
         }
