@@ -102,33 +102,26 @@ pub fn summary(what: &str, mut values: Vec<u64>) {
 /// once, to its end; those that exit 75 are called again in the next reconcile, after the controller's backoff (5 ms
 /// doubling). Gives back what every run logged.
 pub fn reconcile(bed: &RealBed, args: &[&str], envs: &[BTreeMap<String, String>]) -> Vec<String> {
-    let mut pending: Vec<&BTreeMap<String, String>> = envs.iter().collect();
-    let mut said = Vec::new();
-    let mut backoff = Duration::from_millis(5);
+    use testbed::kubeblocks::retry::{one_call_each, Ended, BACKOFF_MAX};
     let progress = std::env::temp_dir().join("real-bench-reconcile");
     let _ = std::fs::remove_dir_all(&progress);
     let _ = std::fs::create_dir_all(&progress);
-    for pass in 1..=40 {
-        let mut failed = Vec::new();
-        for env in pending {
-            let out = bed.run(args, env);
-            said.push(String::from_utf8_lossy(&out.stderr).into_owned());
-            let name = format!("{:03}-pass-{pass}-exit-{}.log", said.len(), out.status.code().unwrap_or(-1));
-            let _ = std::fs::write(progress.join(name), said.last().map(String::as_str).unwrap_or_default());
-            match out.status.code() {
-                Some(0) => {}
-                Some(75) => failed.push(env),
-                _ => panic!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr)),
-            }
+    let mut made = 0;
+    let r = one_call_each(envs, 40, BACKOFF_MAX, |env| {
+        let out = bed.run(args, env);
+        made += 1;
+        let name = format!("{made:03}-exit-{}.log", out.status.code().unwrap_or(-1));
+        let _ = std::fs::write(progress.join(name), &out.stderr);
+        out
+    });
+    let said: Vec<String> = r.outputs.iter().map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).collect();
+    match r.ended {
+        Ended::Done => said,
+        Ended::Failed => panic!("{args:?} failed: {}", said.last().map(String::as_str).unwrap_or_default()),
+        Ended::OutOfPasses => {
+            let path = std::env::temp_dir().join("real-bench-unfinished.log");
+            let _ = std::fs::write(&path, said.join("\n----- next run -----\n"));
+            panic!("{args:?} did not finish in 40 reconciles; what each run logged: {}", path.display());
         }
-        if failed.is_empty() {
-            return said;
-        }
-        pending = failed;
-        std::thread::sleep(backoff);
-        backoff *= 2;
     }
-    let path = std::env::temp_dir().join("real-bench-unfinished.log");
-    let _ = std::fs::write(&path, said.join("\n----- next run -----\n"));
-    panic!("{args:?} did not finish in 40 reconciles; what each run logged: {}", path.display());
 }

@@ -341,9 +341,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                         let Some(group) = stats.group(gid) else { return Ok(()) };
                         if group.is_promoting() {
                             // A promote left in progress by a run that stopped: resumed with its own address.
-                            let index = group.promoting.index.unwrap_or(0);
-                            let target = group.servers.get(index).map(|gs| gs.server.clone()).unwrap_or(to.clone());
-                            return transfer::promote(s, gid, &target).await;
+                            return transfer::promote(s, gid, &transfer::promoting_target(group)?).await;
                         }
                         if group.master().is_some_and(|m| m.eq_ignore_ascii_case(&alias)) {
                             tracing::info!(gid, to = %to, "promoting the split's new master, the group's writes held");
@@ -449,14 +447,9 @@ async fn relink_copied(s: &Session<'_>, alias: &str, to: &str) -> Result<bool> {
     if marks.get(&to.to_ascii_lowercase()) != Some(&transfer::RelinkMark::Copied) {
         return Ok(false);
     }
-    let at = s.dial(alias)?;
-    let conn = s.pika(to).await?;
-    let info = conn.info_replication().await?;
-    if info.kind != crate::clients::pika::ServerKind::Pika || !info.follows(&at) || !info.in_sync() {
+    if transfer::relink_following(s, to, alias).await? != transfer::Relink::Relinked {
         return Ok(false);
     }
-    conn.slaveof_no_one().await?;
-    conn.slaveof(&at).await?;
     tracing::info!(to, alias, "re-linked the split's new master to the donor, stopping pika's idle rsync client");
     let key = transfer::relink_key(&s.prefix(), to);
     etcd.put(&key, transfer::RelinkMark::Relinked.word(), None).await?;

@@ -322,6 +322,19 @@ pub async fn relink(s: &Session<'_>, gid: u32, server: &str) -> Result<Relink> {
     if group.is_promoting() || ServerAddr::of(master).is_alias() {
         return Ok(Relink::NotYet);
     }
+    let done = relink_following(s, server, master).await?;
+    if done == Relink::Relinked {
+        tracing::info!(server, master, "re-linked a replica copied in full, stopping pika's idle rsync client");
+    }
+    Ok(done)
+}
+
+/// The two commands of a re-link, sent to `server` only when it is a pika that follows `master` in sync (else
+/// [`Relink::Moot`] for another server, [`Relink::NotYet`] for one not in sync).
+///
+/// # Errors
+/// pika's, when a command is refused.
+pub(crate) async fn relink_following(s: &Session<'_>, server: &str, master: &str) -> Result<Relink> {
     let master_at = s.dial(master)?;
     let conn = s.pika(server).await?;
     let info = conn.info_replication().await?;
@@ -333,7 +346,6 @@ pub async fn relink(s: &Session<'_>, gid: u32, server: &str) -> Result<Relink> {
     }
     conn.slaveof_no_one().await?;
     conn.slaveof(&master_at).await?;
-    tracing::info!(server, master, "re-linked a replica copied in full, stopping pika's idle rsync client");
     Ok(Relink::Relinked)
 }
 
@@ -987,7 +999,7 @@ fn group_of(stats: &Stats, gid: u32) -> Result<&Group> {
 }
 
 /// The server a promote in progress is for: `servers[index]` (index 0 once `finished` reordered the group).
-fn promoting_target(group: &Group) -> Result<String> {
+pub(crate) fn promoting_target(group: &Group) -> Result<String> {
     let index = group.promoting.index.unwrap_or(0);
     group
         .servers

@@ -708,36 +708,22 @@ fn scale_out_by(bed: &mut RealBed, new: usize, pods: u32) {
     }
 }
 
-/// What a KubeBlocks 1.1 reconcile does with one change's shardAdds: calls each once, in order; those that exit 75
-/// are called again in the next reconcile (after a pause that doubles from 5 ms, capped at 1 s here, where
-/// controller-runtime's goes on to 1000 s).
+/// What KubeBlocks 1.1 reconciles do with one change's shardAdds ([`one_call_each`]): each once, in order; those that
+/// exit 75 again in the next reconcile, after a pause that doubles from 5 ms, capped at 1 s here (controller-runtime's
+/// goes on to 1000 s); at most 60 reconciles.
 fn reconcile(bed: &RealBed, args: &[&str], envs: &[BTreeMap<String, String>]) {
-    let mut pending: Vec<&BTreeMap<String, String>> = envs.iter().collect();
-    let mut pause = Duration::from_millis(5);
-    let mut last = String::new();
-    for _ in 0..60 {
-        let mut failed = Vec::new();
-        for env in pending {
-            let out = bed.run(args, env);
-            last = describe(&out);
-            match out.status.code() {
-                Some(0) => {}
-                Some(75) => failed.push(env),
-                _ => panic!("{args:?} failed: {last}\ndashboard log:\n{}", bed.dashboard.log()),
-            }
-        }
-        if failed.is_empty() {
-            return;
-        }
-        pending = failed;
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_secs(1));
+    use testbed::kubeblocks::retry::{one_call_each, Ended};
+    let r = one_call_each(envs, 60, Duration::from_secs(1), |env| bed.run(args, env));
+    let last = r.outputs.last().map(describe).unwrap_or_default();
+    match r.ended {
+        Ended::Done => {}
+        Ended::Failed => panic!("{args:?} failed: {last}\ndashboard log:\n{}", bed.dashboard.log()),
+        Ended::OutOfPasses => panic!(
+            "{args:?} did not finish in 60 reconciles; the last said:\n{last}\ndashboard log:\n{}\n{}",
+            bed.dashboard.log(),
+            pods_report(bed)
+        ),
     }
-    panic!(
-        "{args:?} did not finish in 60 reconciles; the last said:\n{last}\ndashboard log:\n{}\n{}",
-        bed.dashboard.log(),
-        pods_report(bed)
-    );
 }
 
 fn scale_out(bed: &mut RealBed) {
@@ -930,22 +916,6 @@ fn scale_out_three_to_four_on_1_1() {
 
 // ---- splits (issue 34) --------------------------------------------------------------------------------------------
 
-/// Every key `pod` holds (one full `SCAN`).
-fn keys_on(pod: &testbed::real::pika::PikaPod) -> Vec<String> {
-    let mut conn = pod.connect();
-    let mut keys = Vec::new();
-    let mut cursor = "0".to_owned();
-    loop {
-        let reply = conn.command(&["SCAN", &cursor, "COUNT", "1000"]).expect("SCAN");
-        let mut lines = reply.lines();
-        cursor = lines.next().unwrap_or("0").to_owned();
-        keys.extend(lines.filter(|l| !l.is_empty()).map(str::to_owned));
-        if cursor == "0" {
-            return keys;
-        }
-    }
-}
-
 /// No pod holds a key of a slot its group does not own: a donor gave its copies up with the slots, a new group kept
 /// none of the slots it did not take, on every replica too (the deletes went through the binlog). pika's per-slot
 /// bookkeeping sets count for the slot they name. Replicas are given time to apply what they received.
@@ -957,7 +927,8 @@ fn assert_owns_only(bed: &RealBed) {
         for pod in &shard.pods {
             let mut strays = Vec::new();
             let clean = testbed::cluster::eventually(Duration::from_secs(20), || {
-                strays = keys_on(pod)
+                strays = pod
+                    .keys()
                     .into_iter()
                     .filter(|k| topology.slots[pika_action::plan::keyslot::slot_of(k.as_bytes(), count)] != gid)
                     .collect();

@@ -272,28 +272,17 @@ pub fn concurrently(actions: &[(&str, Env)], stagger: Duration, pause: Duration)
 /// each to its end, in the order given; the ones that failed (exit 75) are called again in the next reconcile, after
 /// the controller's backoff (5 ms doubling). Returns how many reconciles it took.
 pub fn one_after_another(actions: &[(&str, Env)]) -> usize {
-    let mut pending: Vec<&(&str, Env)> = actions.iter().collect();
-    let mut backoff = Duration::from_millis(5);
+    use testbed::kubeblocks::retry::{one_call_each, Ended, BACKOFF_MAX};
     let started = Instant::now();
-    for pass in 1..=40 {
-        let mut failed = Vec::new();
-        for a in pending {
-            let out = run(a.0, &a.1);
-            match out.status.code() {
-                Some(0) => {}
-                Some(75) => failed.push(a),
-                _ => panic!("{} (reconcile {pass}): {}", a.0, describe(&out)),
-            }
+    let r = one_call_each(actions, 40, BACKOFF_MAX, |a| run(a.0, &a.1));
+    match r.ended {
+        Ended::Done => {
+            eprintln!("done in {} reconcile(s), {:.1?}", r.passes, started.elapsed());
+            r.passes
         }
-        if failed.is_empty() {
-            eprintln!("done in {pass} reconcile(s), {:.1?}", started.elapsed());
-            return pass;
-        }
-        pending = failed;
-        std::thread::sleep(backoff);
-        backoff *= 2;
+        Ended::Failed => panic!("reconcile {}: {}", r.passes, r.outputs.last().map(describe).unwrap_or_default()),
+        Ended::OutOfPasses => panic!("the change did not finish in 40 reconciles"),
     }
-    panic!("the change did not finish in 40 reconciles");
 }
 
 /// Holds the cluster's topology lock in etcd, as another action would, until dropped.

@@ -71,6 +71,62 @@ impl Backoff {
     }
 }
 
+/// How [`one_call_each`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every call exited 0.
+    Done,
+    /// The last call exited neither 0 nor 75.
+    Failed,
+    /// Calls still exited 75 after the last reconcile.
+    OutOfPasses,
+}
+
+/// What [`one_call_each`] saw: every call's output in the order made, and the reconcile it ended in.
+#[derive(Debug)]
+pub struct Reconciled {
+    /// Every call's output, in order.
+    pub outputs: Vec<std::process::Output>,
+    /// The reconcile it ended in (1-based).
+    pub passes: usize,
+    /// How.
+    pub ended: Ended,
+}
+
+/// What reconciles do with one change's calls (a 1.1 change's shardAdds), without the rest of the emulation: each
+/// call once, in order; those that exit 75 again in the next reconcile, after the rate limiter's delay ([`Backoff`],
+/// capped at `cap` where a test cannot sit through 1000 s); at most `passes` reconciles. Stops at the first call that
+/// exits neither 0 nor 75.
+pub fn one_call_each<C>(
+    calls: &[C],
+    passes: usize,
+    cap: Duration,
+    mut call: impl FnMut(&C) -> std::process::Output,
+) -> Reconciled {
+    let mut pending: Vec<&C> = calls.iter().collect();
+    let mut backoff = Backoff::default();
+    let mut outputs = Vec::new();
+    for pass in 1..=passes {
+        let mut again = Vec::new();
+        for c in pending {
+            let out = call(c);
+            let code = out.status.code();
+            outputs.push(out);
+            match code {
+                Some(0) => {}
+                Some(75) => again.push(c),
+                _ => return Reconciled { outputs, passes: pass, ended: Ended::Failed },
+            }
+        }
+        if again.is_empty() {
+            return Reconciled { outputs, passes: pass, ended: Ended::Done };
+        }
+        pending = again;
+        std::thread::sleep(backoff.next_delay().min(cap));
+    }
+    Reconciled { outputs, passes, ended: Ended::OutOfPasses }
+}
+
 /// What a reconcile asks for next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
@@ -133,6 +189,34 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn exit(code: i32) -> std::process::Output {
+        use std::os::unix::process::ExitStatusExt;
+        std::process::Output { status: std::process::ExitStatus::from_raw(code << 8), stdout: vec![], stderr: vec![] }
+    }
+
+    #[test]
+    fn one_call_each_calls_again_in_order_only_what_exited_75_and_stops_at_a_failure() {
+        let mut left = std::collections::BTreeMap::from([('a', 0), ('b', 2), ('c', 1)]);
+        let mut made = Vec::new();
+        let r = one_call_each(&['a', 'b', 'c'], 10, Duration::from_millis(1), |&c| {
+            made.push(c);
+            let n = left.get_mut(&c).expect("a call");
+            if *n == 0 {
+                exit(0)
+            } else {
+                *n -= 1;
+                exit(75)
+            }
+        });
+        assert_eq!(made, ['a', 'b', 'c', 'b', 'c', 'b']);
+        assert_eq!((r.outputs.len(), r.passes, r.ended), (6, 3, Ended::Done));
+
+        let r = one_call_each(&[1, 2], 10, Duration::from_millis(1), |&c| exit(if c == 1 { 1 } else { 0 }));
+        assert_eq!((r.outputs.len(), r.passes, r.ended), (1, 1, Ended::Failed));
+        let r = one_call_each(&[1], 3, Duration::from_millis(1), |_| exit(75));
+        assert_eq!((r.outputs.len(), r.passes, r.ended), (3, 3, Ended::OutOfPasses));
+    }
 
     #[test]
     fn the_backoff_doubles_from_5_ms_to_1000_s_and_is_forgotten_on_success() {

@@ -233,6 +233,27 @@ impl PikaPod {
         self.connect().command(args).unwrap_or_else(|e| panic!("{}: {e}", self.name))
     }
 
+    /// Every key it holds (one full `SCAN`), pika's own bookkeeping keys included.
+    ///
+    /// # Panics
+    /// When pika cannot be reached or a `SCAN` fails.
+    #[must_use]
+    pub fn keys(&self) -> Vec<String> {
+        let mut conn = self.connect();
+        let mut keys = Vec::new();
+        let mut cursor = "0".to_owned();
+        loop {
+            let reply =
+                conn.command(&["SCAN", &cursor, "COUNT", "1000"]).unwrap_or_else(|e| panic!("{}: {e}", self.name));
+            let mut lines = reply.lines();
+            cursor = lines.next().unwrap_or("0").to_owned();
+            keys.extend(lines.filter(|l| !l.is_empty()).map(str::to_owned));
+            if cursor == "0" {
+                return keys;
+            }
+        }
+    }
+
     /// `INFO replication`.
     #[must_use]
     pub fn info_replication(&self) -> String {
