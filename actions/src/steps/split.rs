@@ -15,10 +15,10 @@
 //!    refusing writes meanwhile: better now than inside the cutover). Then, under the lock, the fenced cutover
 //!    ([`transfer::promote_split`]): the proxies hold `G`'s slots, the donor's position is read after that, the new
 //!    master must reach it, and only then does Codis promote it.
-//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods copy the new master in
-//!    full (they followed the donor, which went on taking writes for its own slots, so no position of theirs is known
-//!    to be a prefix of the new master's) and are waited for until in sync;
-//!    then, holding no lock, each side deletes the keys of the slots it no longer owns; then, under the lock, the
+//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods are pointed at the new
+//!    master, to copy it in full (they followed the donor, which went on taking writes for its own slots, so no
+//!    position of theirs is known to be a prefix of the new master's), and they are waited for, holding no lock,
+//!    until in sync; then, still holding no lock, each side deletes the keys of the slots it no longer owns; then, under the lock, the
 //!    alias is removed. No slot moves onto the new group while it still holds copies of keys it does not own (a
 //!    later migration would bring back a key deleted meanwhile): while the alias is listed no move touching the group
 //!    is planned, and the donor's copies are of the new group's slots only. A crash leaves the alias listed, and the
@@ -27,6 +27,10 @@
 //! A group of the shard that lists an alias but serves no slot is a begin that did not finish: it is emptied and
 //! decided afresh. While a group lists an alias, the product never commands the pika behind it through that group,
 //! never plans slot moves touching the group, and neither switches over nor removes the donor's master.
+//!
+//! Two runs of one split may overlap (KubeBlocks retries a call that timed out while the first still runs). A run
+//! commands the shard's pods in step 2 only under the lock and only while the alias is still the group's master, so
+//! one that looked before the other's cutover never points the promoted new master back at the donor.
 //!
 //! After the promote the new master rebuilds pika's per-slot key sets (`SLOTSRELOAD`, in the background), which a
 //! pika replica may not keep. Deletes go through `DEL`, so they reach every replica by the binlog (pika's
@@ -331,9 +335,14 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
             Some((0, alias)) => {
                 let alias = alias.to_owned();
                 let to = new_master(s, shard, group)?;
-                catch_up(s, shard, &alias, &to).await?;
-                if relink_copied(s, &alias, &to).await? {
-                    catch_up(s, shard, &alias, &to).await?;
+                // Each of these gives up (false) once another run's cutover has begun: the loop reads Codis again.
+                if !catch_up(s, shard, gid, &alias, &to).await? {
+                    continue;
+                }
+                match relink_copied(s, gid, &alias, &to).await? {
+                    Some(true) if !catch_up(s, shard, gid, &alias, &to).await? => continue,
+                    None => continue,
+                    Some(_) => {}
                 }
                 let cut = s
                     .under_topology_lock(async |_| {
@@ -361,7 +370,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let alias = alias.to_owned();
                 let donor_server = ServerAddr::unaliased(&alias).into_owned();
                 finished.donor = stats.group_of_server(&donor_server).map(|g| g.id);
-                s.under_topology_lock(async |_| repoint(s, shard, gid).await).await?;
+                repoint(s, shard, gid).await?;
                 finished.deleted = clean_up(s, gid, &donor_server).await?;
                 s.under_topology_lock(async |_| remove_alias(s, shard, gid, &alias).await).await?;
             }
@@ -378,15 +387,52 @@ fn new_master(s: &Session<'_>, shard: &Shard, group: &Group) -> Result<String> {
     })
 }
 
+/// Whether `gid` still serves through `alias` as its master: no cutover has begun since (a promote under way or done
+/// moves the alias off index 0).
+fn serves_through(stats: &Stats, gid: u32, alias: &str) -> bool {
+    stats.group(gid).is_some_and(|g| !g.is_promoting() && g.master().is_some_and(|m| m.eq_ignore_ascii_case(alias)))
+}
+
+/// Runs `work` (commands to the shard's pods) under the topology lock, which every cutover takes, and only while `gid`
+/// still serves through `alias`; `None` when it no longer does. Two runs of one split can overlap: one that looked
+/// at Codis before the other's cutover would otherwise point the promoted new master back at the donor, which has
+/// deleted the split's slots by then.
+async fn while_serving_through<T>(
+    s: &Session<'_>,
+    gid: u32,
+    alias: &str,
+    work: impl AsyncFnOnce() -> Result<T>,
+) -> Result<Option<T>> {
+    s.under_topology_lock(async |_| {
+        if !serves_through(&s.stats().await?, gid, alias) {
+            tracing::info!(gid, alias, "another run began the split's cutover: reading Codis again");
+            return Ok(None);
+        }
+        work().await.map(Some)
+    })
+    .await
+}
+
 /// Waits until every listed pod follows the alias with its link up and `to` has everything the donor's master had
-/// when the wait began.
-async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Result<()> {
+/// when the wait began; `false` when another run's cutover began meanwhile.
+async fn catch_up(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, to: &str) -> Result<bool> {
+    crate::failpoint::pause("split catch-up").await;
+    let alias_at = s.dial(alias)?;
     let stats = s.stats().await?;
     for pod in &shard.pods {
         let server = s.server(pod);
-        if stats.group_of_server(&server).is_some() {
-            s.ensure_follows(&server, alias).await?;
-            wait_copied(s, &server, alias).await?;
+        if stats.group_of_server(&server).is_none() {
+            continue;
+        }
+        // Only a pod that does not follow the alias yet is commanded, under the lock; most already do.
+        let follows = s.replication(&server).await.is_ok_and(|info| info.follows(&alias_at));
+        if !follows
+            && while_serving_through(s, gid, alias, async || s.ensure_follows(&server, alias).await).await?.is_none()
+        {
+            return Ok(false);
+        }
+        if !wait_copied(s, gid, &server, alias).await? {
+            return Ok(false);
         }
     }
     let target = s.replication(alias).await?.offset;
@@ -394,39 +440,52 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, alias: &str, to: &str) -> Resu
         let at = s.replication(to).await?.offset;
         match (target, at) {
             (Some(m), Some(t)) if t < m => {}
-            _ => return Ok(()),
+            _ => return Ok(true),
         }
         s.ctx.budget.check(|| format!("{to} is catching up with {alias}"))?;
         tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
 }
 
-/// Waits until `server` follows the donor's master behind `alias` with its link up. A pod that cannot get there by
-/// itself copies the donor again in full: one carrying a replication ID that is not the donor's (the donor refuses it
-/// for good; a pod pointed at the donor before forgetting its own stays so) or in pika's error state (which pika never
-/// leaves by itself). It is a copy of the donor and serves nothing of its own, so nothing is lost. Its re-link mark is
-/// left as it is: a pod the re-link sent into the error state is not re-linked again, and the cutover then pays for
-/// stopping its rsync client.
-async fn wait_copied(s: &Session<'_>, server: &str, alias: &str) -> Result<()> {
+/// Waits until `server` follows the donor's master behind `alias` with its link up; `false` when another run's
+/// cutover began meanwhile. A pod that cannot get there by itself copies the donor again in full: one carrying a
+/// replication ID that is not the donor's (the donor refuses it for good; a pod pointed at the donor before
+/// forgetting its own stays so) or in pika's error state (which pika never leaves by itself). It is a copy of the
+/// donor and serves nothing of its own, so nothing is lost. Its re-link mark is left as it is: a pod the re-link sent
+/// into the error state is not re-linked again, and the cutover then pays for stopping its rsync client.
+async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Result<bool> {
     let at = s.dial(alias)?;
     loop {
         match s.replication(server).await {
-            Ok(info) if info.follows(&at) && info.link_up => return Ok(()),
+            Ok(info) if info.follows(&at) && info.link_up => return Ok(true),
             Ok(info) if info.follows(&at) && info.kind == crate::clients::pika::ServerKind::Pika => {
                 let donor_id = s.replication(alias).await?.replication_id;
                 let refused = info.replication_id.is_some() && info.replication_id != donor_id;
                 if refused || info.sync == Some(SyncState::Error) {
                     let why = if refused { "its replication ID is not the donor's" } else { "pika's error state" };
-                    tracing::warn!(server, alias, why, "the pod cannot sync from the donor: copying it again in full");
-                    let conn = s.pika(server).await?;
-                    conn.slaveof_no_one().await?;
-                    if refused {
-                        conn.clear_replication_id().await?;
+                    let copy = async || {
+                        tracing::warn!(
+                            server,
+                            alias,
+                            why,
+                            "the pod cannot sync from the donor: copying it again in full"
+                        );
+                        let conn = s.pika(server).await?;
+                        conn.slaveof_no_one().await?;
+                        if refused {
+                            conn.clear_replication_id().await?;
+                        }
+                        conn.slaveof_full_sync(&at, info.kind).await?;
+                        conn.config_rewrite().await?;
+                        Ok(())
+                    };
+                    if while_serving_through(s, gid, alias, copy).await?.is_none() {
+                        return Ok(false);
                     }
-                    conn.slaveof_full_sync(&at, info.kind).await?;
-                    conn.config_rewrite().await?;
                 }
             }
+            // Not following the alias: being copied again by another run, or re-pointed after its cutover.
+            Ok(_) if !serves_through(&s.stats().await?, gid, alias) => return Ok(false),
             Ok(_) => {}
             Err(e) => tracing::debug!(server, error = %e, "pod not answering yet"),
         }
@@ -436,24 +495,28 @@ async fn wait_copied(s: &Session<'_>, server: &str, alias: &str) -> Result<()> {
 }
 
 /// Re-links `to` to the donor's master behind `alias` when it was copied in full and not re-linked since
-/// ([`transfer::relink_key`]); returns whether it did. pika leaves a replica copied in full with its rsync client idle
-/// but not stopped, and the next `SLAVEOF` it gets stops it, refusing writes meanwhile (0.5 to 1.5 s): unpaid, that
-/// is the cutover's promote, with the split's slots held. `to` takes no write but the donor's, so after `SLAVEOF NO
-/// ONE` and `SLAVEOF` the same master it resumes incrementally (the donor lets the new link in once the old one
-/// closes, within 3 s); a run stopped in between leaves it a master that the next run points at the donor again.
-async fn relink_copied(s: &Session<'_>, alias: &str, to: &str) -> Result<bool> {
+/// ([`transfer::relink_key`]); returns whether it did, `None` when another run's cutover began meanwhile. pika leaves
+/// a replica copied in full with its rsync client idle but not stopped, and the next `SLAVEOF` it gets stops it,
+/// refusing writes meanwhile (0.5 to 1.5 s): unpaid, that is the cutover's promote, with the split's slots held.
+/// `to` takes no write but the donor's, so after `SLAVEOF NO ONE` and `SLAVEOF` the same master it resumes
+/// incrementally (the donor lets the new link in once the old one closes, within 3 s); a run stopped in between
+/// leaves it a master that the next run points at the donor again.
+async fn relink_copied(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Result<Option<bool>> {
     let etcd = s.etcd()?;
     let marks = transfer::relink_marks(etcd, &s.prefix()).await?;
     if marks.get(&to.to_ascii_lowercase()) != Some(&transfer::RelinkMark::Copied) {
-        return Ok(false);
+        return Ok(Some(false));
     }
-    if transfer::relink_following(s, to, alias).await? != transfer::Relink::Relinked {
-        return Ok(false);
+    let relinked = async || transfer::relink_following(s, to, alias).await;
+    match while_serving_through(s, gid, alias, relinked).await? {
+        None => return Ok(None),
+        Some(transfer::Relink::Relinked) => {}
+        Some(_) => return Ok(Some(false)),
     }
     tracing::info!(to, alias, "re-linked the split's new master to the donor, stopping pika's idle rsync client");
     let key = transfer::relink_key(&s.prefix(), to);
     etcd.put(&key, transfer::RelinkMark::Relinked.word(), None).await?;
-    Ok(true)
+    Ok(Some(true))
 }
 
 /// The split's group, when it is there and not promoting.
@@ -465,17 +528,25 @@ fn settled<'s>(stats: &'s Stats, shard: &Shard, gid: u32) -> Result<&'s Group> {
     Ok(group)
 }
 
-/// Step 3a, under the lock: the shard's other pods follow the new master and are in sync with it. They followed
-/// the donor's master, which kept taking writes for its own slots after the promote: a pod past the new master's
-/// position at the promote (the [`crate::plan::resync::Handover`] the cutover recorded) copies it in full, as pika's incremental
-/// sync would otherwise leave it diverged or in its error state.
+/// Step 3a: the shard's other pods follow the new master and are in sync with it. They followed the donor's master,
+/// which kept taking writes for its own slots after the promote: a pod past the new master's position at the promote
+/// (the [`crate::plan::resync::Handover`] the cutover recorded) copies it in full, as pika's incremental sync would
+/// otherwise leave it diverged or in its error state. They are pointed under the lock and waited for without it: a
+/// full copy takes seconds, and the other splits' cutovers need the lock meanwhile.
 async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
-    let stats = s.stats().await?;
-    settled(&stats, shard, gid)?;
-    let converged = transfer::converge(s, gid).await?;
-    tracing::info!(gid, converged = %converged.describe(), "the split's group follows its new master");
-    transfer::clear_fence(s, gid, &converged.master).await;
-    Ok(())
+    loop {
+        let pointed = s
+            .under_topology_lock(async |_| {
+                settled(&s.stats().await?, shard, gid)?;
+                transfer::point_members(s, gid).await
+            })
+            .await?;
+        if pointed.syncing.is_empty() || transfer::wait_in_sync(s, gid, &pointed.master).await? {
+            tracing::info!(gid, converged = %pointed.describe(), "the split's group follows its new master");
+            transfer::clear_fence(s, gid, &pointed.master).await;
+            return Ok(());
+        }
+    }
 }
 
 /// Step 3b: both masters lose the keys of slots their group no longer owns; returns how many on the new master and

@@ -1022,6 +1022,8 @@ pub struct Converged {
     /// Members left still holding a replica that has already left them (the replaced master, right after the
     /// promote), so pika refuses to re-point them yet; the failover watcher's sweep re-points them.
     pub demoting: Vec<String>,
+    /// Members following it but not in sync yet: only [`point_members`] leaves any.
+    pub syncing: Vec<String>,
 }
 
 impl Converged {
@@ -1035,6 +1037,9 @@ impl Converged {
         };
         if !self.unreachable.is_empty() {
             let _ = write!(text, "; not reachable (rejoin fixes them at start): {}", self.unreachable.join(", "));
+        }
+        if !self.syncing.is_empty() {
+            let _ = write!(text, "; copying it: {}", self.syncing.join(", "));
         }
         if !self.demoting.is_empty() {
             let _ = write!(
@@ -1087,6 +1092,70 @@ pub async fn converge_after_transfer(s: &Session<'_>, gid: u32) -> Result<Conver
 /// # Errors
 /// As [`converge`].
 pub async fn converge_within(s: &Session<'_>, gid: u32, demote_wait: Duration) -> Result<Converged> {
+    converge_until(s, gid, demote_wait, Settled::InSync).await
+}
+
+/// [`converge`] up to the point where every reachable member follows the master: members still copying it are left
+/// in [`Converged::syncing`], for [`wait_in_sync`] to wait for without holding the topology lock.
+///
+/// # Errors
+/// As [`converge`].
+pub async fn point_members(s: &Session<'_>, gid: u32) -> Result<Converged> {
+    converge_until(s, gid, DEMOTE_WAIT, Settled::Pointed).await
+}
+
+/// Where [`converge_until`] stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// Every reachable member follows the master.
+    Pointed,
+    /// Every reachable member is in sync with it.
+    InSync,
+}
+
+/// Waits, sending no command, until every reachable member of `gid` but an alias is in sync with `master`: `true`
+/// then; `false` as soon as one needs a command (it follows another server or is in pika's error state) or `master`
+/// is no longer the group's, for the caller to converge again under the lock.
+///
+/// # Errors
+/// Codis's, when the group cannot be read; [`Error::InProgress`] when the budget ran out (the rerun continues).
+pub async fn wait_in_sync(s: &Session<'_>, gid: u32, master: &str) -> Result<bool> {
+    let master_at = s.dial(master)?;
+    loop {
+        let stats = s.stats().await?;
+        let group = group_of(&stats, gid)?;
+        if group.is_promoting() || !group.master().is_some_and(|m| m.eq_ignore_ascii_case(master)) {
+            return Ok(false);
+        }
+        let others: Vec<String> = group
+            .servers
+            .iter()
+            .skip(1)
+            .filter(|gs| !ServerAddr::of(&gs.server).is_alias())
+            .map(|gs| gs.server.clone())
+            .collect();
+        let mut copying = Vec::new();
+        for (server, info) in survey(s, &others).await {
+            // One that cannot be asked is left to rejoin, as converge leaves it.
+            let Ok(info) = info else { continue };
+            if !info.follows(&master_at) || info.sync == Some(SyncState::Error) {
+                return Ok(false);
+            }
+            if !info.in_sync() {
+                copying.push(server);
+            }
+        }
+        if copying.is_empty() {
+            return Ok(true);
+        }
+        s.ctx
+            .budget
+            .check(|| format!("group {gid}: waiting for {} to be in sync with {master}", copying.join(", ")))?;
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+    }
+}
+
+async fn converge_until(s: &Session<'_>, gid: u32, demote_wait: Duration, until: Settled) -> Result<Converged> {
     let now = tokio::time::Instant::now();
     let deadline = now + s.ctx.budget.cap(DEMOTE_WAIT);
     let demote_deadline = (now + s.ctx.budget.cap(demote_wait)).min(deadline);
@@ -1166,8 +1235,8 @@ pub async fn converge_within(s: &Session<'_>, gid: u32, demote_wait: Duration) -
                 Err(e) => return Err(e.into()),
             }
         }
-        if waiting.is_empty() && syncing.is_empty() {
-            return Ok(Converged { master, repointed, unreachable, demoting: Vec::new() });
+        if waiting.is_empty() && (syncing.is_empty() || until == Settled::Pointed) {
+            return Ok(Converged { master, repointed, unreachable, demoting: Vec::new(), syncing });
         }
         if syncing.is_empty() && demote_deadline < deadline && tokio::time::Instant::now() >= demote_deadline {
             let mut members = vec![master.clone()];
@@ -1182,7 +1251,7 @@ pub async fn converge_within(s: &Session<'_>, gid: u32, demote_wait: Duration) -
             }
             if all_departed {
                 let demoting = waiting.into_iter().map(|(srv, _)| srv).collect();
-                return Ok(Converged { master, repointed, unreachable, demoting });
+                return Ok(Converged { master, repointed, unreachable, demoting, syncing: Vec::new() });
             }
         }
         let mut progress = format!("group {gid}:");

@@ -1076,6 +1076,53 @@ fn a_split_copies_again_a_pod_the_donor_refused_or_sent_into_pikas_error_state()
     }
 }
 
+/// Two runs of one split at once: one that read Codis before the other's cutover goes on after it. Both complete the
+/// split, and the late one must not command the shard's pods as if the alias still served: pointing the promoted new
+/// master back at the donor (which deleted the split's slots at its cleanup) would lose every key the split took.
+/// Before the guard, the late run's catch-up did exactly that. A pause point holds the late run at its catch-up while
+/// the other runs the split to its end.
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "holds one run at its catch-up with a pause point (--features failpoints)"
+)]
+fn a_split_run_late_for_the_cutover_another_run_made_leaves_the_new_master_alone() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "late");
+    // One pod: pika refuses SLAVEOF to a master with replicas, which would hide the loss behind an error.
+    let index = bed.add_shard(1);
+    run_to_completion(&bed, &["post-provision", "--own-shard"], &bed.env(index));
+    let full = bed.shards[index].full.clone();
+    let env = with(bed.env(0), &[("KB_ADD_SHARD_NAME", full), ("ACTION_BUDGET_SECONDS", "600".into())]);
+    let pause = bed.dir().join("late-run.paused");
+    let paused = with(
+        env.clone(),
+        &[
+            ("PIKA_ACTION_PAUSE_AT", "split catch-up".into()),
+            ("PIKA_ACTION_PAUSE_FILE", pause.to_string_lossy().into_owned()),
+        ],
+    );
+    let (late, early) = std::thread::scope(|scope| {
+        let late = scope.spawn(|| bed.run(&["shard-add"], &paused));
+        let held = testbed::cluster::eventually(Duration::from_secs(240), || pause.exists() || late.is_finished());
+        assert!(held && pause.exists(), "the late run did not reach its catch-up");
+        let early = run_to_completion(&bed, &["shard-add"], &env);
+        std::fs::remove_file(&pause).expect("let the late run go on");
+        (late.join().expect("the late run"), early)
+    });
+    let said = describe(&late);
+    assert_eq!(late.status.code(), Some(0), "the late run failed:\n{said}");
+    assert!(
+        early.iter().any(|r| r.contains("promoted with writes held")),
+        "the early run did not make the cutover:\n{}",
+        early.join("\n")
+    );
+    assert_healthy(&bed);
+    assert_owns_only(&bed);
+    traffic.finish_on_every_pod(&bed);
+    assert!(said.contains("another run began the split's cutover"), "the late run did not notice the cutover:\n{said}");
+}
+
 /// The slots a 1.1 shardAdd of `new` (registered on its own, serving nothing yet) takes from their donor by a split,
 /// as the product plans it: the step toward every group owning its share.
 fn split_slots(bed: &RealBed, new: usize) -> std::collections::BTreeSet<usize> {
