@@ -17,12 +17,14 @@
 //! shards have no group yet, a call therefore hands its migrations to Codis and exits 75 at once; the next call (the
 //! next reconcile) waits for what is left. The last shard to register waits, beside everyone else's migrations. A
 //! split is handed off the same way while other shards of the change are still to be filled: its pods keep copying
-//! the donor in the meantime, and the next run promotes and cleans up.
+//! the donor in the meantime, and the next run promotes and cleans up. That run completes, beside its own, every other
+//! split of the change under way, so the splits of a 4→8 overlap instead of taking one shardAdd each in turn.
 
 use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 use crate::input::context::Context;
+use crate::input::event::Shard;
 use crate::plan::Goal;
 use crate::steps::cluster::{self, Session};
 use crate::steps::drain;
@@ -73,7 +75,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
                     ),
                 });
             }
-            Some(split::complete(&s, new, gid).await?)
+            Some(complete_splits(&s, new, gid, shards, &staying(&leaving)).await?)
         }
     };
     let reg = s.under_topology_lock(async |_| register::register(&s, new, &new.pods).await).await?;
@@ -117,4 +119,38 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
         outcome.critical_path,
         outcome.lower_bound
     ))
+}
+
+/// Completes the split of `new` (group `gid`) and, at the same time, every other split of the change under way: a
+/// group of a shard among `names` that lists an alias and serves slots (begun by its own shardAdd). KubeBlocks runs
+/// the shardAdds one after another, each call blocking, so a call that completed only its own split would serialise
+/// the change's splits; their waits (copies, re-links, cleanups) overlap instead, and the topology lock still orders
+/// their cutovers. Another shard's split that does not finish here is left to its own shardAdd, which reports it.
+async fn complete_splits(
+    s: &Session<'_>,
+    new: &Shard,
+    gid: u32,
+    shards: &[Shard],
+    names: &[&str],
+) -> Result<split::Finished> {
+    let stats = s.stats().await?;
+    let others: Vec<(&Shard, u32)> = shards
+        .iter()
+        .filter(|sh| sh.name != new.name && names.contains(&sh.name.as_str()))
+        .filter_map(|sh| {
+            let group = cluster::group_of_shard(&stats, &sh.name)?;
+            (split::alias_in(group).is_some() && !stats.slots_of(group.id).is_empty()).then_some((sh, group.id))
+        })
+        .collect();
+    if !others.is_empty() {
+        tracing::info!(gid, others = others.len(), "completing the change's other splits beside this one");
+    }
+    let theirs = futures_util::future::join_all(others.iter().map(|&(sh, g)| split::complete(s, sh, g)));
+    let (own, theirs) = tokio::join!(split::complete(s, new, gid), theirs);
+    for ((sh, g), result) in others.iter().zip(theirs) {
+        if let Err(e) = result {
+            tracing::info!(shard = %sh.name, gid = g, error = %e.one_line(), "that split goes on in its own shardAdd");
+        }
+    }
+    own
 }

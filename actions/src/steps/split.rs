@@ -455,11 +455,16 @@ async fn catch_up(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str, to: &st
 /// into the error state is not re-linked again, and the cutover then pays for stopping its rsync client.
 async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Result<bool> {
     let at = s.dial(alias)?;
+    // The donor's ID, read once per wait (when the pod is first seen with its link down), not at every poll.
+    let mut donor_id = None;
     loop {
         match s.replication(server).await {
             Ok(info) if info.follows(&at) && info.link_up => return Ok(true),
             Ok(info) if info.follows(&at) && info.kind == crate::clients::pika::ServerKind::Pika => {
-                let donor_id = s.replication(alias).await?.replication_id;
+                if donor_id.is_none() {
+                    donor_id = Some(s.replication(alias).await?.replication_id);
+                }
+                let donor_id = donor_id.clone().flatten();
                 let refused = info.replication_id.is_some() && info.replication_id != donor_id;
                 if refused || info.sync == Some(SyncState::Error) {
                     let why = if refused { "its replication ID is not the donor's" } else { "pika's error state" };
@@ -471,13 +476,7 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
                             "the pod cannot sync from the donor: copying it again in full"
                         );
                         let conn = s.pika(server).await?;
-                        conn.slaveof_no_one().await?;
-                        if refused {
-                            conn.clear_replication_id().await?;
-                        }
-                        conn.slaveof_full_sync(&at, info.kind).await?;
-                        conn.config_rewrite().await?;
-                        Ok(())
+                        Ok(transfer::copy_in_full(&conn, &at, &info, refused).await?)
                     };
                     if while_serving_through(s, gid, alias, copy).await?.is_none() {
                         return Ok(false);

@@ -1336,8 +1336,7 @@ async fn holds_only_departed(
 }
 
 /// Points `server` (whose `INFO` reads `info`) at `master` as `how` says, then CONFIG REWRITE so that a restart keeps
-/// the role: SLAVEOF alone changes only pika's memory. A pika in its error state ignores `SLAVEOF … force` (observed,
-/// pika.md §8): it is made a master first, for the moment between the two commands (Codis never routes to it).
+/// the role: SLAVEOF alone changes only pika's memory ([`copy_in_full`] for a full copy).
 async fn repoint(
     s: &Session<'_>,
     server: &str,
@@ -1352,12 +1351,33 @@ async fn repoint(
         Resync::Full(why) => {
             tracing::info!(server, master = %master, why, "resyncing in full");
             mark_copied(s, server).await;
-            if info.sync == Some(SyncState::Error) {
-                conn.slaveof_no_one().await?;
-            }
-            conn.slaveof_full_sync(master, info.kind).await?;
+            return copy_in_full(&conn, master, info, false).await;
         }
     }
+    conn.config_rewrite().await
+}
+
+/// Makes the pika behind `conn` (whose `INFO` reads `info`) copy `master` in full, persisted with CONFIG REWRITE;
+/// with `forget_id`, under `master`'s replication ID rather than its own (`CLEARREPLICATIONID`: a master refuses a
+/// replica carrying another ID for good). A pika in its error state ignores `SLAVEOF … force` (observed, pika.md §8),
+/// and one must follow nothing to forget its ID: it is made a master first, for the moment between the commands
+/// (Codis never routes to it).
+///
+/// # Errors
+/// pika's, when a command is refused.
+pub(crate) async fn copy_in_full(
+    conn: &Pika,
+    master: &HostPort,
+    info: &Replication,
+    forget_id: bool,
+) -> Result<(), pika::Error> {
+    if forget_id || info.sync == Some(SyncState::Error) {
+        conn.slaveof_no_one().await?;
+    }
+    if forget_id {
+        conn.clear_replication_id().await?;
+    }
+    conn.slaveof_full_sync(master, info.kind).await?;
     conn.config_rewrite().await
 }
 

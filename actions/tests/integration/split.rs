@@ -1,7 +1,8 @@
 //! A split half-way, looked at from outside: after the shardAdd that began it has handed off (exit 75, another shard
 //! of the change still to be filled), the new group lists its donor's master under the alias, already owns its
 //! share and serves every key from the donor's pika, no slot has migrated, and a switchover of the donor's master is
-//! refused (nothing promoted) meanwhile. Then the change completes as usual and the switchover goes through.
+//! refused (nothing promoted) meanwhile. Then the change completes as usual (the other shard's shardAdd completes
+//! both splits) and the switchover goes through.
 
 use std::collections::BTreeMap;
 
@@ -59,6 +60,13 @@ fn a_split_half_way_serves_every_key_through_the_donor_and_holds_off_the_donors_
     assert_eq!(c.bed.codis.snapshot().master(donor.id), Some(donor_master.as_str()), "the donor's master moved");
 
     run_to_completion("shard-add", &add_env(&c, 3));
+    // The run that completed shard 3's split completed shard 2's beside it, before KubeBlocks calls shard 2's again.
+    let snap = c.bed.codis.snapshot();
+    let servers = &snap.groups.iter().find(|g| g.id == gid).expect("the group").servers;
+    assert!(
+        servers.iter().all(|gs| !change::is_alias(&gs.server)),
+        "shard 2's split was left to its own shardAdd: {servers:?}"
+    );
     run_to_completion("shard-add", &add_env(&c, 2));
     let gids = c.gids(&[0, 1, 2, 3]);
     c.assert_done(&gids, &[]);
