@@ -115,3 +115,54 @@ pub fn init_logging(cli: &Cli) {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The context of `action` with the variables of its golden example, given `budget`.
+    fn context(action: &str, example: &str, budget: budget::Budget) -> Context {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(example);
+        let text = std::fs::read_to_string(&path).expect("the golden example");
+        let vars: input::vars::VarMap =
+            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        Context { budget, ..Context::from_vars(action, &vars).expect("a valid example") }
+    }
+
+    fn timed_out() -> Result<String> {
+        Err(Error::Pika(clients::pika::Error::Timeout { addr: "p-0:9221".into(), command: "INFO" }))
+    }
+
+    fn is_in_progress(result: &Result<String>) -> bool {
+        matches!(result, Err(Error::InProgress { .. }))
+    }
+
+    #[test]
+    fn a_pika_call_timed_out_once_the_budget_ran_out_is_exit_75_not_a_failure() {
+        let ctx = context("shard-add", "shard-add.1.1.env", budget::Budget::of(std::time::Duration::ZERO));
+        assert!(is_in_progress(&budget_ran_out(&ctx, timed_out())));
+    }
+
+    #[test]
+    fn a_pika_call_timed_out_with_budget_left_stays_a_failure() {
+        let ctx = context("shard-add", "shard-add.1.1.env", budget::Budget::new(60));
+        assert!(matches!(budget_ran_out(&ctx, timed_out()), Err(Error::Pika(_))));
+    }
+
+    #[test]
+    fn a_switchover_never_exits_75_for_a_budget_that_ran_out() {
+        let ctx = context("switchover", "switchover.1.1.env", budget::Budget::of(std::time::Duration::ZERO));
+        assert!(matches!(budget_ran_out(&ctx, timed_out()), Err(Error::Pika(_))));
+    }
+
+    #[test]
+    fn another_error_at_the_end_of_the_budget_stays_what_it_was() {
+        let ctx = context("shard-add", "shard-add.1.1.env", budget::Budget::of(std::time::Duration::ZERO));
+        let refused = Err(Error::Pika(clients::pika::Error::Command {
+            addr: "p-0:9221".into(),
+            command: "SLAVEOF",
+            message: "ERR".into(),
+        }));
+        assert!(!is_in_progress(&budget_ran_out(&ctx, refused)));
+    }
+}

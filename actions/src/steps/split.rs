@@ -513,9 +513,46 @@ async fn relink_copied(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Resu
         Some(_) => return Ok(Some(false)),
     }
     tracing::info!(to, alias, "re-linked the split's new master to the donor, stopping pika's idle rsync client");
+    // The donor refuses the new link while it still lists the old one ("Slave AlreadyExist"), and pika tries again
+    // only about 10 s later (seen: 11 to 15 s to the link up). Once the old link is gone, the pair is sent again, back
+    // to back (the rsync client is stopped by then, so it costs nothing); pika then resumes incrementally.
+    if !link_up_within(s, to, alias, RELINK_GRACE).await && transfer::wait_dropped(s, to, alias).await {
+        let again = async || {
+            let at = s.dial(alias)?;
+            let conn = s.pika(to).await?;
+            let info = conn.info_replication().await?;
+            if info.follows(&at) && !info.link_up {
+                conn.slaveof_no_one().await?;
+                conn.slaveof(&at).await?;
+                tracing::info!(to, alias, "linked the split's new master again once the donor dropped its old link");
+            }
+            Ok(())
+        };
+        if while_serving_through(s, gid, alias, again).await?.is_none() {
+            return Ok(None);
+        }
+    }
     let key = transfer::relink_key(&s.prefix(), to);
     etcd.put(&key, transfer::RelinkMark::Relinked.word(), None).await?;
     Ok(Some(true))
+}
+
+/// How long a re-linked new master is given to link up by itself before the donor is watched for its old link.
+const RELINK_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether `server` follows the pika behind `alias` with its link up within `wait`.
+async fn link_up_within(s: &Session<'_>, server: &str, alias: &str, wait: Duration) -> bool {
+    let Ok(at) = s.dial(alias) else { return false };
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(wait);
+    loop {
+        if s.replication(server).await.is_ok_and(|i| i.follows(&at) && i.link_up) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+    }
 }
 
 /// The split's group, when it is there and not promoting.
