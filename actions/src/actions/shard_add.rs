@@ -71,7 +71,8 @@ pub async fn run(ctx: &Context, event: &crate::input::event::ShardAdd) -> Result
             if began && unfilled > 0 {
                 return Err(Error::InProgress {
                     progress: format!(
-                        "{added} (group {gid}) is splitting off its donor; {unfilled} other shard(s) of this change are                          not filled yet: returning so that their shardAdd can run; the next run completes the split"
+                        "{added} (group {gid}) is splitting off its donor; {unfilled} other shard(s) of this change are \
+                         not filled yet: returning so that their shardAdd can run; the next run completes the split"
                     ),
                 });
             }

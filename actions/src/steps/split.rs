@@ -51,6 +51,8 @@ use crate::steps::{register, transfer};
 
 /// Keys read per `SCAN` while deleting the keys of slots a group no longer owns.
 const SCAN_BATCH: usize = 1000;
+/// How long a pod may try to link to the donor before the link is sent again (see [`wait_copied`]).
+const LINK_STALL: Duration = Duration::from_secs(4);
 /// Longest a begin waits for a pod's replicas to leave it (pika lets go of them within its 3 s replication cron).
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
@@ -457,6 +459,7 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
     let at = s.dial(alias)?;
     // The donor's ID, read once per wait (when the pod is first seen with its link down), not at every poll.
     let mut donor_id = None;
+    let mut connecting_since = None;
     loop {
         match s.replication(server).await {
             Ok(info) if info.follows(&at) && info.link_up => return Ok(true),
@@ -466,7 +469,35 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
                 }
                 let donor_id = donor_id.clone().flatten();
                 let refused = info.replication_id.is_some() && info.replication_id != donor_id;
-                if refused || info.sync == Some(SyncState::Error) {
+                if info.sync != Some(SyncState::Connecting) || refused {
+                    connecting_since = None;
+                }
+                if info.sync == Some(SyncState::Connecting) && !refused {
+                    let since = *connecting_since.get_or_insert_with(tokio::time::Instant::now);
+                    // The donor refused the link while it still listed an old one ("Slave AlreadyExist"), or dropped
+                    // the new one at its cron with the old: pika tries again only about 10 s later (seen: 11 to 15 s
+                    // to the link up). Once the donor lists no link of the pod, the pair is sent again, back to back.
+                    if since.elapsed() >= LINK_STALL && !transfer::lists_replica(s, alias, server).await {
+                        let again = async || {
+                            let conn = s.pika(server).await?;
+                            let now = conn.info_replication().await?;
+                            if now.follows(&at) && !now.link_up && now.sync == Some(SyncState::Connecting) {
+                                conn.slaveof_no_one().await?;
+                                conn.slaveof(&at).await?;
+                                tracing::info!(
+                                    server,
+                                    alias,
+                                    "linked the pod to the donor again: pika was to retry later"
+                                );
+                            }
+                            Ok(())
+                        };
+                        if while_serving_through(s, gid, alias, again).await?.is_none() {
+                            return Ok(false);
+                        }
+                        connecting_since = None;
+                    }
+                } else if refused || info.sync == Some(SyncState::Error) {
                     let why = if refused { "its replication ID is not the donor's" } else { "pika's error state" };
                     let copy = async || {
                         tracing::warn!(
@@ -513,46 +544,9 @@ async fn relink_copied(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Resu
         Some(_) => return Ok(Some(false)),
     }
     tracing::info!(to, alias, "re-linked the split's new master to the donor, stopping pika's idle rsync client");
-    // The donor refuses the new link while it still lists the old one ("Slave AlreadyExist"), and pika tries again
-    // only about 10 s later (seen: 11 to 15 s to the link up). Once the old link is gone, the pair is sent again, back
-    // to back (the rsync client is stopped by then, so it costs nothing); pika then resumes incrementally.
-    if !link_up_within(s, to, alias, RELINK_GRACE).await && transfer::wait_dropped(s, to, alias).await {
-        let again = async || {
-            let at = s.dial(alias)?;
-            let conn = s.pika(to).await?;
-            let info = conn.info_replication().await?;
-            if info.follows(&at) && !info.link_up {
-                conn.slaveof_no_one().await?;
-                conn.slaveof(&at).await?;
-                tracing::info!(to, alias, "linked the split's new master again once the donor dropped its old link");
-            }
-            Ok(())
-        };
-        if while_serving_through(s, gid, alias, again).await?.is_none() {
-            return Ok(None);
-        }
-    }
     let key = transfer::relink_key(&s.prefix(), to);
     etcd.put(&key, transfer::RelinkMark::Relinked.word(), None).await?;
     Ok(Some(true))
-}
-
-/// How long a re-linked new master is given to link up by itself before the donor is watched for its old link.
-const RELINK_GRACE: Duration = Duration::from_millis(500);
-
-/// Whether `server` follows the pika behind `alias` with its link up within `wait`.
-async fn link_up_within(s: &Session<'_>, server: &str, alias: &str, wait: Duration) -> bool {
-    let Ok(at) = s.dial(alias) else { return false };
-    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(wait);
-    loop {
-        if s.replication(server).await.is_ok_and(|i| i.follows(&at) && i.link_up) {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
-    }
 }
 
 /// The split's group, when it is there and not promoting.

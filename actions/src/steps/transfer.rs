@@ -349,31 +349,20 @@ pub(crate) async fn relink_following(s: &Session<'_>, server: &str, master: &str
     Ok(Relink::Relinked)
 }
 
-/// Longest [`wait_dropped`] waits: pika's master drops a replica's old link at that replica's next 3 s replication
-/// cron.
-const DROP_WAIT: Duration = Duration::from_millis(4500);
-
-/// Waits (at most [`DROP_WAIT`]) until `master` no longer lists `server` among its replicas; whether it saw that.
-pub(crate) async fn wait_dropped(s: &Session<'_>, server: &str, master: &str) -> bool {
-    let Ok(at) = s.dial(server) else { return false };
+/// Whether `master` lists `server` among its replicas (a link of `server` it has not dropped yet); `true` when
+/// that cannot be told.
+pub(crate) async fn lists_replica(s: &Session<'_>, master: &str, server: &str) -> bool {
+    let Ok(at) = s.dial(server) else { return true };
     let lookup = tokio::net::lookup_host((at.host().to_owned(), at.port()));
     let addrs: Vec<std::net::SocketAddr> = match tokio::time::timeout(s.ctx.budget.cap(CALL_TIMEOUT), lookup).await {
         Ok(Ok(addrs)) => addrs.collect(),
-        _ => return false,
+        _ => return true,
     };
-    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(DROP_WAIT);
-    while tokio::time::Instant::now() < deadline {
-        let Ok(info) = s.replication(master).await else { return false };
-        let listed = info.replicas.iter().any(|r| {
-            let ip = r.ip.parse::<std::net::IpAddr>().ok();
-            addrs.iter().any(|a| Some(a.ip()) == ip && a.port() == r.port)
-        });
-        if !listed {
-            return true;
-        }
-        tokio::time::sleep(s.ctx.budget.cap(DEMOTE_POLL * 5)).await;
-    }
-    false
+    let Ok(info) = s.replication(master).await else { return true };
+    info.replicas.iter().any(|r| {
+        let ip = r.ip.parse::<std::net::IpAddr>().ok();
+        addrs.iter().any(|a| Some(a.ip()) == ip && a.port() == r.port)
+    })
 }
 
 /// The servers the watcher last saw out of sync, with what it saw. Empty when etcd cannot say: the members' own
