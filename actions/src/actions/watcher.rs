@@ -448,8 +448,9 @@ impl<'a> Leader<'a> {
             match self.relinks.get(&done.server) {
                 Some(RelinkMark::Copied) => self.start_relink(jobs, done.gid, &done.server),
                 Some(RelinkMark::Relinked) => {
+                    // Only its own mark: a split that began since marks the pod copied again, for its own re-link.
                     let key = transfer::relink_key(&self.prefix, &done.server);
-                    if self.etcd.delete(&key).await.is_ok() {
+                    if self.etcd.delete_if_value(&key, RelinkMark::Relinked.word()).await.is_ok() {
                         tracing::info!(server = %done.server, "re-linked replica in sync again");
                         self.relinks.remove(&done.server);
                     }

@@ -5,20 +5,23 @@
 //! Codis keeps the state, so every run resumes from what the new group `G` lists:
 //!
 //! 1. **Begin** (under the topology lock): `G` gets the donor's master under its alias
-//!    ([`ServerAddr::alias_of`]) as its master, every pod of the shard as a replica of it, and then, by
+//!    ([`ServerAddr::alias_of`]) as its master, one pod of the shard as a replica of it (the new master; a replica
+//!    rather than a master that still lists replicas, which pika would refuse for seconds), and then, by
 //!    `slots/assign`, its share of the donor's slots. The proxies route those slots to the same pika as before, so no
 //!    write is refused and no read is stale. A pod carrying a replication ID of its own (the 1.1 chart registers a
 //!    new shard on its own first, so its pods replicate their pod 0) would be refused by the donor: it follows nothing
-//!    and forgets its ID first (`CLEARREPLICATIONID`), then copies the donor in full.
+//!    and forgets its ID first (`CLEARREPLICATIONID`), then copies the donor in full. The shard's other pods are left
+//!    out until the promote: they must copy the new master in full then anyway.
 //! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master, and the
 //!    new master, copied in full, is re-linked to it once (pika stops its idle rsync client at the next `SLAVEOF`,
 //!    refusing writes meanwhile: better now than inside the cutover). Then, under the lock, the fenced cutover
 //!    ([`transfer::promote_split`]): the proxies hold `G`'s slots, the donor's position is read after that, the new
 //!    master must reach it, and only then does Codis promote it.
-//! 3. **Promoted** (the alias listed after index 0): under the lock, the shard's other pods are pointed at the new
-//!    master, to copy it in full (they followed the donor, which went on taking writes for its own slots, so no
-//!    position of theirs is known to be a prefix of the new master's), and they are waited for, holding no lock,
-//!    until in sync; then, still holding no lock, each side deletes the keys of the slots it no longer owns; then, under the lock, the
+//! 3. **Promoted** (the alias listed after index 0): under the lock, the pods left out are pointed at the new master
+//!    and listed, and any other pod of the group is pointed at it, to copy it in full (one that followed the donor,
+//!    which went on taking writes for its own slots, holds no position known to be a prefix of the new master's);
+//!    they are waited for, holding no lock, until in sync, while each side deletes the keys of the slots it no longer
+//!    owns (through the binlog, which a pod still copying gets too); then, under the lock, the
 //!    alias is removed. No slot moves onto the new group while it still holds copies of keys it does not own (a
 //!    later migration would bring back a key deleted meanwhile): while the alias is listed no move touching the group
 //!    is planned, and the donor's copies are of the new group's slots only. A crash leaves the alias listed, and the
@@ -208,7 +211,11 @@ async fn decide(
     Ok(Some((master, split.slots)))
 }
 
-/// Step 1: the alias as master, the pods as its replicas, then the slots.
+/// Step 1: the alias as master, one pod of the shard as its replica (the split's new master, [`copier`]), then the
+/// slots. The shard's other pods are left as they are until the cutover ([`join_left_out`]): pointed at the donor,
+/// each would copy it in full for nothing (after the promote it must copy the new master in full anyway, as the donor
+/// went on taking writes of its own), the donor would serve one full copy per pod, and each would then pay for
+/// stopping its idle rsync client at its next `SLAVEOF`, under the lock.
 async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[u32]) -> Result<()> {
     let alias = ServerAddr::alias_of(master);
     let stats = s.stats().await?;
@@ -223,38 +230,48 @@ async fn begin(s: &Session<'_>, shard: &Shard, gid: u32, master: &str, slots: &[
     if s.stats().await?.group(gid).is_none_or(|g| g.server(&alias).is_none()) {
         register::add_server(s, gid, &alias).await?;
     }
-    // Replicas first: pika refuses SLAVEOF on a master that still has replicas of its own (a group registered the
-    // usual way has them), until they have gone.
-    let mut pods: Vec<(bool, Option<u32>, &Pod)> = Vec::new();
-    for pod in &shard.pods {
-        let is_master = s.replication(&s.server(pod)).await.is_ok_and(|i| !i.role.is_slave());
-        pods.push((is_master, pod.ordinal(), pod));
-    }
-    pods.sort_by_key(|(is_master, ordinal, _)| (*is_master, *ordinal));
     let donor_id = s.replication(&alias).await?.replication_id;
-    for (_, _, pod) in pods {
-        let server = s.server(pod);
-        wait_replicas_gone(s, &server).await?;
-        forget_own_history(s, &server, &alias, donor_id.as_deref()).await?;
-        match s.ensure_follows(&server, &alias).await {
-            Err(Error::Pika(e)) if e.is_transient_slaveof_refusal() => {
-                return Err(Error::InProgress {
-                    progress: format!("{server} cannot follow {alias} yet ({e}); the next run goes on with the split"),
-                });
-            }
-            // An empty pod (a split begins on no other) copies the donor in full.
-            Ok(true) => transfer::mark_copied(s, &server).await,
-            other => {
-                other?;
-            }
-        };
-        if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
-            register::add_server(s, gid, &server).await?;
+    let server = s.server(copier(s, shard, &alias).await?);
+    wait_replicas_gone(s, &server).await?;
+    forget_own_history(s, &server, &alias, donor_id.as_deref()).await?;
+    match s.ensure_follows(&server, &alias).await {
+        Err(Error::Pika(e)) if e.is_transient_slaveof_refusal() => {
+            return Err(Error::InProgress {
+                progress: format!("{server} cannot follow {alias} yet ({e}); the next run goes on with the split"),
+            });
         }
+        // An empty pod (a split begins on no other) copies the donor in full.
+        Ok(true) => transfer::mark_copied(s, &server).await,
+        other => {
+            other?;
+        }
+    };
+    if s.stats().await?.group(gid).is_none_or(|g| g.server(&server).is_none()) {
+        register::add_server(s, gid, &server).await?;
     }
     let mapping: Vec<(u32, u32)> = slots.iter().map(|&sid| (sid, gid)).collect();
     s.dashboard.slots_assign(&mapping).await?;
     Ok(())
+}
+
+/// The pod of `shard` that copies the donor behind `alias` and becomes the split's new master: one that already
+/// follows it (a begin that stopped midway), else a replica with none of its own (pika lets it follow another master
+/// at once; a master that still lists replicas, as the 1.1 chart's own-shard registration leaves pod 0, is refused
+/// until pika drops them at its 3 s replication cron), else the lowest ordinal.
+async fn copier<'p>(s: &Session<'_>, shard: &'p Shard, alias: &str) -> Result<&'p Pod> {
+    let alias_at = s.dial(alias)?;
+    let mut ranked = Vec::new();
+    for pod in &shard.pods {
+        let info = s.replication(&s.server(pod)).await.ok();
+        let follows = info.as_ref().is_some_and(|i| i.follows(&alias_at));
+        let free_replica = info.as_ref().is_some_and(|i| i.role.is_slave() && i.connected_slaves == 0);
+        ranked.push(((!follows, !free_replica, pod.ordinal()), pod));
+    }
+    ranked.sort_by_key(|(rank, _)| *rank);
+    ranked
+        .first()
+        .map(|(_, pod)| *pod)
+        .ok_or_else(|| Error::InProgress { progress: format!("{} lists no pod to copy its donor", shard.name) })
 }
 
 /// Readies `server` to copy the donor's master behind `alias`, whose replication ID is `donor_id`: a pika that
@@ -372,8 +389,13 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                 let alias = alias.to_owned();
                 let donor_server = ServerAddr::unaliased(&alias).into_owned();
                 finished.donor = stats.group_of_server(&donor_server).map(|g| g.id);
-                repoint(s, shard, gid).await?;
-                finished.deleted = clean_up(s, gid, &donor_server).await?;
+                // The deletes go through the binlog, so a pod still copying the new master in full gets them too.
+                let pointed = repoint(s, shard, gid).await?;
+                let (synced, deleted) =
+                    tokio::join!(wait_pointed(s, shard, gid, pointed), clean_up(s, gid, &donor_server));
+                synced?;
+                finished.deleted = deleted?;
+                reload_slots(s, gid).await?;
                 s.under_topology_lock(async |_| remove_alias(s, shard, gid, &alias).await).await?;
             }
         }
@@ -558,47 +580,126 @@ fn settled<'s>(stats: &'s Stats, shard: &Shard, gid: u32) -> Result<&'s Group> {
     Ok(group)
 }
 
-/// Step 3a: the shard's other pods follow the new master and are in sync with it. They followed the donor's master,
-/// which kept taking writes for its own slots after the promote: a pod past the new master's position at the promote
-/// (the [`crate::plan::resync::Handover`] the cutover recorded) copies it in full, as pika's incremental sync would
-/// otherwise leave it diverged or in its error state. They are pointed under the lock and waited for without it: a
-/// full copy takes seconds, and the other splits' cutovers need the lock meanwhile.
-async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<()> {
+/// Step 3a: the shard's other pods follow the new master and are in sync with it. Those the begin left out are
+/// pointed at it and listed ([`join_left_out`]); a listed one that followed the donor's master, which kept taking
+/// writes for its own slots after the promote, and is past the new master's position at the promote (the
+/// [`crate::plan::resync::Handover`] the cutover recorded) copies it in full, as pika's incremental sync would
+/// otherwise leave it diverged or in its error state. They are pointed under the lock here, and waited for without it
+/// ([`wait_pointed`]): a full copy takes seconds, and the other splits' cutovers need the lock meanwhile.
+async fn repoint(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<transfer::Converged> {
     loop {
-        let pointed = s
+        let (pointed, waiting) = s
             .under_topology_lock(async |_| {
-                settled(&s.stats().await?, shard, gid)?;
-                transfer::point_members(s, gid).await
+                let stats = s.stats().await?;
+                let master = settled(&stats, shard, gid)?.master().unwrap_or_default().to_owned();
+                let waiting = join_left_out(s, shard, gid, &master).await?;
+                Ok((transfer::point_members(s, gid).await?, waiting))
             })
             .await?;
-        if pointed.syncing.is_empty() || transfer::wait_in_sync(s, gid, &pointed.master).await? {
-            tracing::info!(gid, converged = %pointed.describe(), "the split's group follows its new master");
-            transfer::clear_fence(s, gid, &pointed.master).await;
-            return Ok(());
+        if waiting.is_empty() {
+            return Ok(pointed);
         }
+        s.ctx.budget.check(|| format!("group {gid}: waiting for {} to follow its new master", waiting.join(", ")))?;
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
     }
 }
 
-/// Step 3b: both masters lose the keys of slots their group no longer owns; returns how many on the new master and
-/// on the donor's. No lock is held through the scans, which take minutes on a large pika: while the alias is listed
-/// no slot move touching the new group is planned, and each page re-reads what the group owns or receives.
+/// Step 3a's wait, holding no lock: until every pod `pointed` left copying is in sync with the new master, pointing
+/// them again (under the lock) whenever one needs a command.
+async fn wait_pointed(s: &Session<'_>, shard: &Shard, gid: u32, mut pointed: transfer::Converged) -> Result<()> {
+    while !pointed.syncing.is_empty() && !transfer::wait_in_sync(s, gid, &pointed.master).await? {
+        pointed = repoint(s, shard, gid).await?;
+    }
+    tracing::info!(gid, converged = %pointed.describe(), "the split's group follows its new master");
+    transfer::clear_fence(s, gid, &pointed.master).await;
+    Ok(())
+}
+
+/// Points every pod of `shard` that no group lists (the begin left it out) at `master`, the split group's new master,
+/// and lists it; returns those that cannot follow it yet (a master still listing replicas: replicas go first, and
+/// pika drops them at its 3 s replication cron). Each copies `master` in full, forgetting its own replication ID
+/// when it carries another (the 1.1 chart's own-shard registration gave it one; `master` carries the donor's, and
+/// would refuse it for good). A pod that does not answer is waited for: listed as it is, it could start carrying its
+/// own ID, which no later step clears. The caller holds the topology lock.
+async fn join_left_out(s: &Session<'_>, shard: &Shard, gid: u32, master: &str) -> Result<Vec<String>> {
+    let stats = s.stats().await?;
+    let master_at = s.dial(master)?;
+    let mut left_out = Vec::new();
+    for pod in &shard.pods {
+        let server = s.server(pod);
+        if stats.group_of_server(&server).is_none() {
+            let info = s.replication(&server).await.ok();
+            left_out.push((info.as_ref().is_none_or(|i| !i.role.is_slave()), pod.ordinal(), server, info));
+        }
+    }
+    if left_out.is_empty() {
+        return Ok(Vec::new());
+    }
+    let master_id = s.replication(master).await?.replication_id;
+    left_out.sort_by_key(|(master, ordinal, _, _)| (*master, *ordinal));
+    let mut waiting = Vec::new();
+    for (_, _, server, info) in left_out {
+        let Some(info) = info else {
+            waiting.push(format!("{server} (not answering)"));
+            continue;
+        };
+        if !info.follows(&master_at) {
+            let forget = info.replication_id.is_some() && info.replication_id != master_id;
+            tracing::info!(
+                server,
+                master,
+                forget,
+                "pointing a pod the split left out at its new master, to copy it in full"
+            );
+            let copied = match s.pika(&server).await {
+                Ok(conn) => transfer::copy_in_full(&conn, &master_at, &info, forget).await.map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            match copied {
+                Ok(()) => transfer::mark_copied(s, &server).await,
+                Err(Error::Pika(e)) if e.is_transient_slaveof_refusal() => {
+                    waiting.push(format!("{server} ({e})"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        register::add_server(s, gid, &server).await?;
+    }
+    Ok(waiting)
+}
+
+/// Step 3b: both masters lose the keys of slots their group no longer owns, side by side; returns how many on the
+/// new master and on the donor's. No lock is held through the scans, which take minutes on a large pika: while the
+/// alias is listed no slot move touching the new group is planned, and each page re-reads what the group owns or
+/// receives.
 async fn clean_up(s: &Session<'_>, gid: u32, donor_server: &str) -> Result<(u64, u64)> {
     let stats = s.stats().await?;
     let master = stats.group(gid).and_then(Group::master).unwrap_or_default().to_owned();
-    let on_new = delete_unowned(s, &master, gid).await?;
-    // A pika replica may keep no per-slot key sets; the new master needs them before its slots can migrate.
+    let donor = stats.group_of_server(donor_server).map(|g| (g.id, g.master().unwrap_or_default().to_owned()));
+    let on_donor = async {
+        match &donor {
+            Some((dgid, dmaster)) if !dmaster.is_empty() => delete_unowned(s, dmaster, *dgid).await,
+            _ => Ok(0),
+        }
+    };
+    let (on_new, on_donor) = tokio::join!(delete_unowned(s, &master, gid), on_donor);
+    Ok((on_new?, on_donor?))
+}
+
+/// Step 3c: the new master rebuilds pika's per-slot key sets, which a pika replica may not keep and which its slots
+/// need before they can migrate. Only once its pods have copied it: pika skips `SLOTSRELOAD` during a bgsave, which a
+/// full copy starts.
+async fn reload_slots(s: &Session<'_>, gid: u32) -> Result<()> {
+    let stats = s.stats().await?;
+    let master = stats.group(gid).and_then(Group::master).unwrap_or_default().to_owned();
     if !s.pika(&master).await?.slots_reload().await? {
         tracing::debug!(server = %master, "no SLOTSRELOAD here (not pika): nothing to rebuild");
     }
-    let donor = stats.group_of_server(donor_server).map(|g| (g.id, g.master().unwrap_or_default().to_owned()));
-    let on_donor = match donor {
-        Some((dgid, dmaster)) if !dmaster.is_empty() => delete_unowned(s, &dmaster, dgid).await?,
-        _ => 0,
-    };
-    Ok((on_new, on_donor))
+    Ok(())
 }
 
-/// Step 3c, under the lock: the alias goes, which ends the split (a crash before leaves it listed, and the rerun
+/// Step 3d, under the lock: the alias goes, which ends the split (a crash before leaves it listed, and the rerun
 /// cleans up again).
 async fn remove_alias(s: &Session<'_>, shard: &Shard, gid: u32, alias: &str) -> Result<()> {
     let stats = s.stats().await?;

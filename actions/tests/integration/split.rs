@@ -130,7 +130,15 @@ fn half_way_split() -> (FailoverBed, testbed::Ledger, usize, u32) {
     // replication lag any failover may lose.
     let master = fb.pods(d).iter().find(|p| p.ordinal == old).expect("the donor's master pod");
     let target = testbed::process::info_field(&master.redis.info_replication(), "master_repl_offset");
-    let copies: Vec<&PodFixture> = fb.pods(d).iter().chain(fb.pods(2)).filter(|p| p.server() != donor_master).collect();
+    // The split's pods that copy the donor: those the new group lists (the begin leaves the others out).
+    let snapshot = fb.bed.codis.snapshot();
+    let copies: Vec<&PodFixture> = fb
+        .pods(d)
+        .iter()
+        .chain(fb.pods(2).iter().filter(|p| snapshot.server(&p.server()).is_some()))
+        .filter(|p| p.server() != donor_master)
+        .collect();
+    assert!(copies.len() > fb.pods(d).len() - 1, "no pod of the new shard copies the donor");
     assert!(
         support::eventually(PATIENCE, || copies
             .iter()
