@@ -281,6 +281,8 @@ struct Leader<'a> {
     /// re-linked now.
     relinks: BTreeMap<String, RelinkMark>,
     relinking: BTreeSet<String>,
+    /// When each replica was first seen in sync, since it last was not.
+    in_sync_since: BTreeMap<String, Instant>,
     no_replica_warned: BTreeSet<u32>,
 }
 
@@ -316,6 +318,7 @@ impl<'a> Leader<'a> {
             sweep_repair_after: BTreeMap::new(),
             relinks: BTreeMap::new(),
             relinking: BTreeSet::new(),
+            in_sync_since: BTreeMap::new(),
             no_replica_warned: BTreeSet::new(),
         }
     }
@@ -407,8 +410,11 @@ impl<'a> Leader<'a> {
         let Ok((conn, info)) = done.result else { return };
         self.sweep_conns.insert(done.server.clone(), conn);
         // A member Codis does not list first that answers as a plain master: the master a transfer replaced, which
-        // pika let go of its last replica only after the transfer had finished (its 3 s replication cron).
-        if info.role == pika::Role::Master {
+        // pika let go of its last replica only after the transfer had finished (its 3 s replication cron). Not one
+        // this watcher is re-linking, a master for the moment between the two commands (pika takes a second or two
+        // to stop its rsync client): the repair would hold the group's lock until its link is up again, which pika
+        // may retry only 10 s later, and the re-link job could not send the pair again meanwhile.
+        if info.role == pika::Role::Master && !self.relinking.contains(&done.server) {
             self.sweep_repair(jobs, done.gid);
         }
         let key = transfer::distrust_key(&self.prefix, &done.server);
@@ -444,8 +450,15 @@ impl<'a> Leader<'a> {
             },
             _ => {}
         }
+        if !info.in_sync() {
+            self.in_sync_since.remove(&done.server);
+        }
         if info.in_sync() {
+            let since = *self.in_sync_since.entry(done.server.clone()).or_insert_with(Instant::now);
             match self.relinks.get(&done.server) {
+                // Left to settle first: the change that just copied it (a split's join, a shardAdd) is usually still
+                // waiting on it, and pika may take 10 s to link again after the pair.
+                Some(RelinkMark::Copied) if since.elapsed() < RELINK_SETTLE => {}
                 Some(RelinkMark::Copied) => self.start_relink(jobs, done.gid, &done.server),
                 Some(RelinkMark::Relinked) => {
                     // Only its own mark: a split that began since marks the pod copied again, for its own re-link.
@@ -931,6 +944,12 @@ impl RepairJob {
     }
 }
 
+/// How long a replica copied in full stays in sync before the watcher re-links it.
+const RELINK_SETTLE: Duration = Duration::from_secs(10);
+
+/// Longest a re-link job watches its replica link up again.
+const RELINK_WATCH: Duration = Duration::from_secs(15);
+
 /// One re-link of a replica copied in full, under its group's transfer lock; the mark records it.
 struct RelinkJob {
     ctx: Arc<Context>,
@@ -971,6 +990,14 @@ impl RelinkJob {
         }
         .await;
         release(&mut lock).await;
+        // Watched with the lock released: pika may take 10 s to link again, and a transfer of the group must not
+        // wait for that (a shardAdd's settle did, seen at 10 s).
+        if matches!(result, Ok(transfer::Relink::Relinked)) {
+            let master = s.stats().await?.group(self.gid).and_then(|g| g.master()).map(str::to_owned);
+            if let Some(master) = master {
+                transfer::await_relinked(&s, self.gid, &self.server, &master, RELINK_WATCH).await?;
+            }
+        }
         result
     }
 }

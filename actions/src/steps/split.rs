@@ -54,8 +54,6 @@ use crate::steps::{register, transfer};
 
 /// Keys read per `SCAN` while deleting the keys of slots a group no longer owns.
 const SCAN_BATCH: usize = 1000;
-/// How long a pod may try to link to the donor before the link is sent again (see [`wait_copied`]).
-const LINK_STALL: Duration = Duration::from_secs(4);
 /// Longest a begin waits for a pod's replicas to leave it (pika lets go of them within its 3 s replication cron).
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
@@ -499,21 +497,8 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
                     // The donor refused the link while it still listed an old one ("Slave AlreadyExist"), or dropped
                     // the new one at its cron with the old: pika tries again only about 10 s later (seen: 11 to 15 s
                     // to the link up). Once the donor lists no link of the pod, the pair is sent again, back to back.
-                    if since.elapsed() >= LINK_STALL && !transfer::lists_replica(s, alias, server).await {
-                        let again = async || {
-                            let conn = s.pika(server).await?;
-                            let now = conn.info_replication().await?;
-                            if now.follows(&at) && !now.link_up && now.sync == Some(SyncState::Connecting) {
-                                conn.slaveof_no_one().await?;
-                                conn.slaveof(&at).await?;
-                                tracing::info!(
-                                    server,
-                                    alias,
-                                    "linked the pod to the donor again: pika was to retry later"
-                                );
-                            }
-                            Ok(())
-                        };
+                    if since.elapsed() >= transfer::LINK_STALL && !transfer::lists_replica(s, alias, server).await {
+                        let again = async || transfer::relink_again(s, server, alias).await;
                         if while_serving_through(s, gid, alias, again).await?.is_none() {
                             return Ok(false);
                         }

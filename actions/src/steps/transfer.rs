@@ -349,6 +349,76 @@ pub(crate) async fn relink_following(s: &Session<'_>, server: &str, master: &str
     Ok(Relink::Relinked)
 }
 
+/// How long a re-linked replica may try to link before the pair is sent again ([`relink_again`]).
+pub const LINK_STALL: Duration = Duration::from_secs(4);
+
+/// Sends the pair of a re-link again to `server`, which follows `master` and has been trying to link since (at least
+/// [`LINK_STALL`], the caller's count): its master refused the new link while it still listed the old one ("Slave
+/// AlreadyExist"), or dropped the new one at its cron with the old, and pika tries again only about 10 s later (seen:
+/// 11 to 15 s to the link up). Only once `master` lists no link of it, and only while it still follows `master`
+/// with its link down and connecting; returns whether it sent. The caller holds what guards the group's members.
+///
+/// # Errors
+/// pika's, when a command is refused.
+pub(crate) async fn relink_again(s: &Session<'_>, server: &str, master: &str) -> Result<bool> {
+    if lists_replica(s, master, server).await {
+        return Ok(false);
+    }
+    let at = s.dial(master)?;
+    let conn = s.pika(server).await?;
+    let now = conn.info_replication().await?;
+    if !(now.follows(&at) && !now.link_up && now.sync == Some(SyncState::Connecting)) {
+        return Ok(false);
+    }
+    conn.slaveof_no_one().await?;
+    conn.slaveof(&at).await?;
+    tracing::info!(server, master, "linked the replica to its master again: pika was to retry later");
+    Ok(true)
+}
+
+/// Waits, holding no lock, at most `wait`, until `server`, just re-linked to `master` (group `gid`'s), has its link
+/// up again, sending the pair again under the group's transfer lock ([`relink_again`]) when pika stalls; gives up
+/// quietly when the lock is busy, the group's master changed, or the replica left `master` or fell out of sync in
+/// another way (the watcher's sweep sees to those).
+///
+/// # Errors
+/// Codis's or etcd's, when they cannot be read.
+pub async fn await_relinked(s: &Session<'_>, gid: u32, server: &str, master: &str, wait: Duration) -> Result<()> {
+    let at = s.dial(master)?;
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut since = tokio::time::Instant::now();
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+        let Ok(info) = s.replication(server).await else { continue };
+        if !info.follows(&at) || info.link_up || info.sync != Some(SyncState::Connecting) {
+            return Ok(());
+        }
+        if since.elapsed() < LINK_STALL {
+            continue;
+        }
+        let mut lock = match lock_group(s, gid, Duration::ZERO).await {
+            Ok(lock) => lock,
+            Err(Error::InProgress { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let sent = async {
+            let stats = s.stats().await?;
+            if !group_of(&stats, gid)?.master().is_some_and(|m| m.eq_ignore_ascii_case(master)) {
+                return Ok(None);
+            }
+            relink_again(s, server, master).await.map(Some)
+        }
+        .await;
+        crate::steps::cluster::release(&mut lock).await;
+        match sent? {
+            None => return Ok(()),
+            Some(true) => since = tokio::time::Instant::now(),
+            Some(false) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Whether `master` lists `server` among its replicas (a link of `server` it has not dropped yet); `true` when
 /// that cannot be told.
 pub(crate) async fn lists_replica(s: &Session<'_>, master: &str, server: &str) -> bool {
