@@ -452,8 +452,7 @@ impl<'a> Leader<'a> {
         }
         if !info.in_sync() {
             self.in_sync_since.remove(&done.server);
-        }
-        if info.in_sync() {
+        } else {
             let since = *self.in_sync_since.entry(done.server.clone()).or_insert_with(Instant::now);
             match self.relinks.get(&done.server) {
                 // Left to settle first: the change that just copied it (a split's join, a shardAdd) is usually still

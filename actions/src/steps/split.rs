@@ -265,10 +265,10 @@ async fn copier<'p>(s: &Session<'_>, shard: &'p Shard, alias: &str) -> Result<&'
         let free_replica = info.as_ref().is_some_and(|i| i.role.is_slave() && i.connected_slaves == 0);
         ranked.push(((!follows, !free_replica, pod.ordinal()), pod));
     }
-    ranked.sort_by_key(|(rank, _)| *rank);
     ranked
-        .first()
-        .map(|(_, pod)| *pod)
+        .into_iter()
+        .min_by_key(|(rank, _)| *rank)
+        .map(|(_, pod)| pod)
         .ok_or_else(|| Error::InProgress { progress: format!("{} lists no pod to copy its donor", shard.name) })
 }
 
