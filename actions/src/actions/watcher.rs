@@ -703,6 +703,11 @@ impl<'a> Leader<'a> {
         if view.servers < 2 && !view.promoting {
             return;
         }
+        // A split serving through its alias: its runs command the new pods, under the group's transfer lock, which
+        // a repair would hold through their whole copy (seen: a re-link's second pair held back 10 s).
+        if self.is_split_master(&view.master) && !view.promoting {
+            return;
+        }
         self.repairing.insert(gid);
         let job = RepairJob {
             ctx: Arc::clone(self.ctx),

@@ -14,7 +14,8 @@
 //!    out until the promote: they must copy the new master in full then anyway.
 //! 2. **Serving through the alias** (`servers[0]` is the alias): the pods catch up with the donor's master, and the
 //!    new master, copied in full, is re-linked to it once (pika stops its idle rsync client at the next `SLAVEOF`,
-//!    refusing writes meanwhile: better now than inside the cutover). Then, under the lock, the fenced cutover
+//!    refusing writes meanwhile: better now than inside the cutover), under the group's transfer lock only, so the
+//!    splits of one change do this at once. Then, under the topology lock and that one, the fenced cutover
 //!    ([`transfer::promote_split`]): the proxies hold `G`'s slots, the donor's position is read after that, the new
 //!    master must reach it, and only then does Codis promote it.
 //! 3. **Promoted** (the alias listed after index 0): under the lock, the pods left out are pointed at the new master
@@ -32,8 +33,9 @@
 //! never plans slot moves touching the group, and neither switches over nor removes the donor's master.
 //!
 //! Two runs of one split may overlap (KubeBlocks retries a call that timed out while the first still runs). A run
-//! commands the shard's pods in step 2 only under the lock and only while the alias is still the group's master, so
-//! one that looked before the other's cutover never points the promoted new master back at the donor.
+//! commands the shard's pods in step 2 only under the group's transfer lock, which the cutover takes too, and only
+//! while the alias is still the group's master, so one that looked before the other's cutover never points the
+//! promoted new master back at the donor.
 //!
 //! After the promote the new master rebuilds pika's per-slot key sets (`SLOTSRELOAD`, in the background), which a
 //! pika replica may not keep. Deletes go through `DEL`, so they reach every replica by the binlog (pika's
@@ -361,8 +363,10 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                     None => continue,
                     Some(_) => {}
                 }
+                // The group's transfer lock too: the split's commands to the shard's pods take only that one.
                 let cut = s
                     .under_topology_lock(async |_| {
+                        transfer::under_group_lock(s, gid, async || {
                         let stats = s.stats().await?;
                         let Some(group) = stats.group(gid) else { return Ok(()) };
                         if group.is_promoting() {
@@ -374,6 +378,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                             transfer::promote_split(s, gid, &alias, &to).await?;
                         }
                         Ok(())
+                    }).await
                     })
                     .await;
                 match cut {
@@ -415,17 +420,18 @@ fn serves_through(stats: &Stats, gid: u32, alias: &str) -> bool {
     stats.group(gid).is_some_and(|g| !g.is_promoting() && g.master().is_some_and(|m| m.eq_ignore_ascii_case(alias)))
 }
 
-/// Runs `work` (commands to the shard's pods) under the topology lock, which every cutover takes, and only while `gid`
-/// still serves through `alias`; `None` when it no longer does. Two runs of one split can overlap: one that looked
-/// at Codis before the other's cutover would otherwise point the promoted new master back at the donor, which has
-/// deleted the split's slots by then.
+/// Runs `work` (commands to the shard's pods) under `gid`'s transfer lock, which every cutover takes, and only while
+/// `gid` still serves through `alias`; `None` when it no longer does. Two runs of one split can overlap: one that
+/// looked at Codis before the other's cutover would otherwise point the promoted new master back at the donor, which
+/// has deleted the split's slots by then. Not the topology lock: the splits of one change re-link and copy their new
+/// masters at once (each re-link holds its lock 0.5 to 1.5 s while pika stops the rsync client).
 async fn while_serving_through<T>(
     s: &Session<'_>,
     gid: u32,
     alias: &str,
     work: impl AsyncFnOnce() -> Result<T>,
 ) -> Result<Option<T>> {
-    s.under_topology_lock(async |_| {
+    transfer::under_group_lock(s, gid, async || {
         if !serves_through(&s.stats().await?, gid, alias) {
             tracing::info!(gid, alias, "another run began the split's cutover: reading Codis again");
             return Ok(None);
@@ -535,9 +541,9 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
 /// ([`transfer::relink_key`]); returns whether it did, `None` when another run's cutover began meanwhile. pika leaves
 /// a replica copied in full with its rsync client idle but not stopped, and the next `SLAVEOF` it gets stops it,
 /// refusing writes meanwhile (0.5 to 1.5 s): unpaid, that is the cutover's promote, with the split's slots held.
-/// `to` takes no write but the donor's, so after `SLAVEOF NO ONE` and `SLAVEOF` the same master it resumes
-/// incrementally (the donor lets the new link in once the old one closes, within 3 s); a run stopped in between
-/// leaves it a master that the next run points at the donor again.
+/// `to` takes no write but the donor's, so after `SLAVEOF NO ONE` and `SLAVEOF` the same master (once the donor
+/// dropped the old link) it resumes incrementally; a run stopped in between leaves it a master that the next run
+/// points at the donor again. Under the group's transfer lock only: the change's other splits re-link meanwhile.
 async fn relink_copied(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Result<Option<bool>> {
     let etcd = s.etcd()?;
     let marks = transfer::relink_marks(etcd, &s.prefix()).await?;

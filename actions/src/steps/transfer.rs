@@ -303,10 +303,9 @@ pub enum Relink {
 }
 
 /// Re-links `server`, a replica of group `gid` that was copied in full, to the master it follows: `SLAVEOF NO ONE`
-/// (which stops pika's idle rsync client, see [`relink_key`]) and at once `SLAVEOF` the same master. Its replication
-/// ID and binlog position are unchanged, so it resumes incrementally; its master refuses the new link ("Slave
-/// AlreadyExist", retried by pika) until the old one closes at the replica's next 3 s replication cron. The caller
-/// holds the group's transfer lock. Codis never routes to the member in between. Not while a split of the group is
+/// (which stops pika's idle rsync client, see [`relink_key`]) and `SLAVEOF` the same master ([`relink_following`]).
+/// Its replication ID and binlog position are unchanged, so it resumes incrementally. The caller holds the group's
+/// transfer lock. Codis never routes to the member in between. Not while a split of the group is
 /// under way: its cutover waits for the member to be level with the donor.
 ///
 /// # Errors
@@ -330,7 +329,10 @@ pub async fn relink(s: &Session<'_>, gid: u32, server: &str) -> Result<Relink> {
 }
 
 /// The two commands of a re-link, sent to `server` only when it is a pika that follows `master` in sync (else
-/// [`Relink::Moot`] for another server, [`Relink::NotYet`] for one not in sync).
+/// [`Relink::Moot`] for another server, [`Relink::NotYet`] for one not in sync). `SLAVEOF` waits (at most
+/// [`LINK_DROP_WAIT`]) until `master` lists no link of `server`: pika's first try to link comes at once, and a master
+/// still listing the old link refuses it ("Slave AlreadyExist"), after which pika tries again only about 10 s later
+/// (seen: a split's cutover 11 s late).
 ///
 /// # Errors
 /// pika's, when a command is refused.
@@ -345,9 +347,20 @@ pub(crate) async fn relink_following(s: &Session<'_>, server: &str, master: &str
         return Ok(Relink::NotYet);
     }
     conn.slaveof_no_one().await?;
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(LINK_DROP_WAIT);
+    while tokio::time::Instant::now() < deadline && lists_replica(s, master, server).await {
+        tokio::time::sleep(s.ctx.budget.cap(LINK_DROP_POLL)).await;
+    }
     conn.slaveof(&master_at).await?;
     Ok(Relink::Relinked)
 }
+
+/// How often [`relink_following`] asks whether the master dropped the old link.
+const LINK_DROP_POLL: Duration = Duration::from_millis(50);
+
+/// How long a re-link waits for the master to drop the old link: the replica closes it at its next 3 s replication
+/// cron.
+const LINK_DROP_WAIT: Duration = Duration::from_millis(3500);
 
 /// How long a re-linked replica may try to link before the pair is sent again ([`relink_again`]).
 pub const LINK_STALL: Duration = Duration::from_secs(4);
@@ -657,6 +670,18 @@ pub async fn lock_group(s: &Session<'_>, gid: u32, wait: Duration) -> Result<Loc
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Runs `work` holding group `gid`'s transfer lock ([`lock_group`], waiting at most a third of the budget left), and
+/// releases the lock whatever `work` returned.
+///
+/// # Errors
+/// [`lock_group`]'s, and `work`'s.
+pub async fn under_group_lock<T>(s: &Session<'_>, gid: u32, work: impl AsyncFnOnce() -> Result<T>) -> Result<T> {
+    let mut lock = lock_group(s, gid, s.ctx.budget.cap(s.ctx.budget.remaining() / 3)).await?;
+    let result = work().await;
+    crate::steps::cluster::release(&mut lock).await;
+    result
 }
 
 /// What a transfer did.
