@@ -504,7 +504,25 @@ async fn wait_copied(s: &Session<'_>, gid: u32, server: &str, alias: &str) -> Re
                     // the new one at its cron with the old: pika tries again only about 10 s later (seen: 11 to 15 s
                     // to the link up). Once the donor lists no link of the pod, the pair is sent again, back to back.
                     if since.elapsed() >= transfer::LINK_STALL && !transfer::lists_replica(s, alias, server).await {
-                        let again = async || transfer::relink_again(s, server, alias).await;
+                        // A pod copied in full and not re-linked since was never refused a link: pika dropped the
+                        // first one. Seen: the donor refused its acks after a session mismatch ("UpdateAckedInfo
+                        // failed") and closed the link, and the pod, sent the pair, resumed past 35 writes it had
+                        // never applied, which the promote then lost. Only a new copy can be trusted.
+                        let marks = transfer::relink_marks(s.etcd()?, &s.prefix()).await?;
+                        let fresh = marks.get(&server.to_ascii_lowercase()) == Some(&transfer::RelinkMark::Copied);
+                        let again = async || {
+                            if !fresh {
+                                return transfer::relink_again(s, server, alias).await;
+                            }
+                            tracing::warn!(
+                                server,
+                                alias,
+                                "the pod's first link after its full copy dropped: copying it again in full"
+                            );
+                            let conn = s.pika(server).await?;
+                            transfer::copy_in_full(&conn, &at, &info, false).await?;
+                            Ok(true)
+                        };
                         if while_serving_through(s, gid, alias, again).await?.is_none() {
                             return Ok(false);
                         }

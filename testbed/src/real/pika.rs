@@ -148,19 +148,26 @@ impl PikaPod {
     #[must_use]
     pub fn logs(&self) -> String {
         let start = std::fs::read_to_string(self.dir.join("start.log")).unwrap_or_default();
-        let newest = std::fs::read_dir(self.volume().join("log"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
-        let pika_log = newest.map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).unwrap_or_default();
+        let pika_log = self.pika_log();
         let tail: Vec<&str> = pika_log.lines().rev().take(20).collect();
         format!(
             "--- start log ---\n{}\n--- pika log (last 20 lines) ---\n{}",
             start.trim_end(),
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         )
+    }
+
+    /// The whole of the running pika's log: its newest `INFO` file (glog writes every level there; the `WARNING` file
+    /// repeats the warnings only).
+    #[must_use]
+    pub fn pika_log(&self) -> String {
+        let newest = std::fs::read_dir(self.volume().join("log"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()) && e.file_name().to_string_lossy().contains(".INFO."))
+            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+        newest.map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).unwrap_or_default()
     }
 
     /// SIGSTOP: a pika that hangs (a stalled node, a long pause). Its master keeps taking writes it does not get.
