@@ -73,9 +73,9 @@ fn main() {
         }
         // The two ways alternate, so that whatever drifts on the machine touches both alike.
         let (mut products, mut codises) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            let product = scale(Way::Product, from, to, keys);
-            let codis = scale(Way::Codis, from, to, keys);
+        for run in 1..=runs {
+            let product = scale(Way::Product, from, to, keys, run);
+            let codis = scale(Way::Codis, from, to, keys, run);
             for (name, o) in [(Way::Product.name(), &product), (Way::Codis.name(), &codis)] {
                 println!(
                     "{from}->{to} {name}: {} ms, longest write {} ms, writes refused {}, acknowledged {}{}",
@@ -104,8 +104,8 @@ fn main() {
 }
 
 /// One scale-out from `from` to `to` shards on a fresh bed, the given way, with `keys` keys preloaded and a writer
-/// going; panics when an acknowledged key is lost or a master keeps a key of a slot its group does not own.
-fn scale(way: Way, from: usize, to: usize, keys: usize) -> Outcome {
+/// going, its logs kept under `split-bench/<from>-<to>-<way>-<run>` in the temporary directory; panics when an acknowledged key is lost or a master keeps a key of a slot its group does not own.
+fn scale(way: Way, from: usize, to: usize, keys: usize, run: usize) -> Outcome {
     let action = Path::new(env!("CARGO_BIN_EXE_pika-action"));
     let mut bed = RealBed::start(
         &RealBedOptions { shards: from, pods: 2, line: Line::V1_1, ..RealBedOptions::default() },
@@ -163,7 +163,7 @@ fn scale(way: Way, from: usize, to: usize, keys: usize) -> Outcome {
     let end = Instant::now();
     let beats = writer.stop();
     // The action's logs, and the servers' under bed/, for reading where a slow run spent its time.
-    let logs = std::env::temp_dir().join("split-bench").join(format!("{from}-{to}-{}", way.name()));
+    let logs = std::env::temp_dir().join("split-bench").join(format!("{from}-{to}-{}-{run}", way.name()));
     let _ = std::fs::remove_dir_all(&logs);
     let _ = std::fs::create_dir_all(&logs);
     for (i, text) in said.iter().enumerate() {
@@ -171,7 +171,9 @@ fn scale(way: Way, from: usize, to: usize, keys: usize) -> Outcome {
     }
     let _ = std::process::Command::new("cp").arg("-r").arg(bed.dir()).arg(logs.join("bed")).status();
 
-    let during: Vec<&Beat> = beats.iter().filter(|b| b.sent < end && b.acked.is_none_or(|a| a > begin)).collect();
+    // A write refused before the change began (the writer's first seconds on a new bed) is not the change's.
+    let during: Vec<&Beat> =
+        beats.iter().filter(|b| b.sent < end && b.acked.map_or(b.sent >= begin, |a| a > begin)).collect();
     let stall = during.iter().filter_map(|b| b.acked.map(|a| a - b.sent)).max().unwrap_or_default();
     let holds: Vec<u64> = said
         .iter()

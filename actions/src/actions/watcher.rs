@@ -235,6 +235,7 @@ enum JobDone {
     Failover(u32, Result<Option<FailoverRecord>>),
     Repair(u32, Result<bool>),
     Relink(String, Result<transfer::Relink>),
+    CopiedAgain(String, Result<bool>),
 }
 
 /// A replica's `INFO`, asked to learn how its data stands (never to judge whether it is alive).
@@ -283,6 +284,8 @@ struct Leader<'a> {
     relinking: BTreeSet<String>,
     /// When each replica was first seen in sync, since it last was not.
     in_sync_since: BTreeMap<String, Instant>,
+    /// When each replica copied in full and not re-linked since was first seen trying to link, since it last was not.
+    connecting_since: BTreeMap<String, Instant>,
     no_replica_warned: BTreeSet<u32>,
 }
 
@@ -319,6 +322,7 @@ impl<'a> Leader<'a> {
             relinks: BTreeMap::new(),
             relinking: BTreeSet::new(),
             in_sync_since: BTreeMap::new(),
+            connecting_since: BTreeMap::new(),
             no_replica_warned: BTreeSet::new(),
         }
     }
@@ -450,6 +454,17 @@ impl<'a> Leader<'a> {
             },
             _ => {}
         }
+        let copied = self.relinks.get(&done.server) == Some(&RelinkMark::Copied);
+        if copied && !info.link_up && info.sync == Some(SyncState::Connecting) {
+            // Its first link after the copy dropped (nothing re-linked it): the copy is not trusted, and pika's own
+            // retry about 10 s later would resume it past writes it may never have applied.
+            let since = *self.connecting_since.entry(done.server.clone()).or_insert_with(Instant::now);
+            if since.elapsed() >= transfer::LINK_STALL {
+                self.start_copy_again(jobs, done.gid, &done.server);
+            }
+        } else {
+            self.connecting_since.remove(&done.server);
+        }
         if !info.in_sync() {
             self.in_sync_since.remove(&done.server);
         } else {
@@ -489,6 +504,25 @@ impl<'a> Leader<'a> {
         };
         let server = server.to_owned();
         jobs.spawn(async move { JobDone::Relink(server, job.run().await) });
+    }
+
+    /// Copies `server`, a replica of group `gid` whose first link after its full copy dropped, in full again
+    /// ([`transfer::copy_again_if_dropped`]), unless its group is being failed over or repaired.
+    fn start_copy_again(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, server: &str) {
+        if self.relinking.contains(server) || self.repairing.contains(&gid) || self.failing_over.contains(&gid) {
+            return;
+        }
+        self.relinking.insert(server.to_owned());
+        let job = RelinkJob {
+            ctx: Arc::clone(self.ctx),
+            dashboard: self.dashboard.clone(),
+            etcd: self.etcd.clone(),
+            lease: Arc::clone(&self.lease),
+            gid,
+            server: server.to_owned(),
+        };
+        let server = server.to_owned();
+        jobs.spawn(async move { JobDone::CopiedAgain(server, job.copy_again().await) });
     }
 
     /// Repairs group `gid` from a fresh read for what a sweep found, at most once every [`SWEEP_REPAIR_PACE`].
@@ -755,6 +789,13 @@ impl<'a> Leader<'a> {
                     Err(e) => tracing::info!(server, error = %e.one_line(), "replica not re-linked yet"),
                 }
             }
+            JobDone::CopiedAgain(server, result) => {
+                self.relinking.remove(&server);
+                self.connecting_since.remove(&server);
+                if let Err(e) = result {
+                    tracing::info!(server, error = %e.one_line(), "replica not copied again yet");
+                }
+            }
             JobDone::Repair(gid, result) => {
                 self.repairing.remove(&gid);
                 match result {
@@ -965,6 +1006,28 @@ struct RelinkJob {
 }
 
 impl RelinkJob {
+    /// The copy again of a replica whose first link after its full copy dropped, under the group's transfer lock
+    /// (busy: a transfer re-points members itself; a later sweep tries again).
+    async fn copy_again(self) -> Result<bool> {
+        let ctx = job_context(&self.ctx);
+        let Some(common) = ctx.event.common() else { return Ok(false) };
+        let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
+        let mut lock = match transfer::lock_group(&s, self.gid, Duration::ZERO).await {
+            Ok(lock) => lock,
+            Err(Error::InProgress { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let result = async {
+            if !self.lease.is_held().await {
+                return Err(LeaseGone.into());
+            }
+            transfer::copy_again_if_dropped(&s, self.gid, &self.server).await
+        }
+        .await;
+        release(&mut lock).await;
+        result
+    }
+
     async fn run(self) -> Result<transfer::Relink> {
         let ctx = job_context(&self.ctx);
         let Some(common) = ctx.event.common() else { return Ok(transfer::Relink::NotYet) };

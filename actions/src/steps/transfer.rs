@@ -389,6 +389,38 @@ pub(crate) async fn relink_again(s: &Session<'_>, server: &str, master: &str) ->
     Ok(true)
 }
 
+/// Copies `server`, a replica of group `gid` copied in full and not re-linked since, in full again when its link is
+/// down and its master lists no link of it: pika dropped its first link after the copy, which a refusal cannot
+/// explain (nothing re-linked it). Seen in a split: the master refused the replica's acks after a session mismatch
+/// ("UpdateAckedInfo failed") and closed the link, and the replica, linked again, resumed past 35 writes it had never
+/// applied. Returns whether it copied. Not while the group is promoting or serves through a split's alias (the
+/// split's runs see to its pods). The caller holds the group's transfer lock.
+///
+/// # Errors
+/// Codis', or pika's when a command is refused.
+pub async fn copy_again_if_dropped(s: &Session<'_>, gid: u32, server: &str) -> Result<bool> {
+    let stats = s.stats().await?;
+    let Some(group) = stats.group(gid) else { return Ok(false) };
+    let Some(master) = group.master() else { return Ok(false) };
+    let member = group.servers.iter().skip(1).any(|gs| gs.server.eq_ignore_ascii_case(server));
+    if !member || group.is_promoting() || ServerAddr::of(master).is_alias() || lists_replica(s, master, server).await {
+        return Ok(false);
+    }
+    let at = s.dial(master)?;
+    let conn = s.pika(server).await?;
+    let info = conn.info_replication().await?;
+    let dropped = info.kind == pika::ServerKind::Pika
+        && info.follows(&at)
+        && !info.link_up
+        && info.sync == Some(SyncState::Connecting);
+    if !dropped {
+        return Ok(false);
+    }
+    tracing::warn!(server, master, "the replica's first link after its full copy dropped: copying it again in full");
+    copy_in_full(&conn, &at, &info, false).await?;
+    Ok(true)
+}
+
 /// Waits, holding no lock, at most `wait`, until `server`, just re-linked to `master` (group `gid`'s), has its link
 /// up again, sending the pair again under the group's transfer lock ([`relink_again`]) when pika stalls; gives up
 /// quietly when the lock is busy, the group's master changed, or the replica left `master` or fell out of sync in
