@@ -883,6 +883,33 @@ fn a_re_link_killed_between_its_two_commands_is_repaired_by_the_watcher() {
     traffic.finish_on_every_pod(&bed);
 }
 
+/// A replica copied in full whose first link drops before anything re-linked it: pika tries again about 10 s later
+/// from its binlog position, which after such a drop may lie past writes it never applied (seen in the split bench:
+/// its master refused its acks after a session mismatch and closed the link, and 35 writes went missing). The link is
+/// cut here with `ss -K`, under a writer, and the watcher started: it copies the replica again in full instead of
+/// waiting for pika, and every pod then replicates its master in sync, holding what it holds.
+#[test]
+fn a_replica_whose_first_link_after_its_full_copy_drops_is_copied_again_by_the_watcher() {
+    let bed = created(1, 2, Line::V1_1);
+    let replica = bed.shards[0].pods.iter().find(|p| p.role() != "master").expect("a replica");
+    let marks = relink_marks(&bed);
+    assert_eq!(
+        marks.get(&replica.server().to_ascii_lowercase()),
+        Some(&pika_action::steps::transfer::RelinkMark::Copied),
+        "{} was copied in full at registration and is not marked: {marks:?}",
+        replica.name
+    );
+    let traffic = Traffic::start(&bed, "dropped");
+    replica.cut_replication_link();
+    let watcher = bed.start_watcher();
+    let copied = testbed::cluster::eventually(Duration::from_secs(30), || {
+        watcher.log().contains("first link after its full copy dropped")
+    });
+    assert!(copied, "the watcher did not copy {} again:\n{}\n{}", replica.name, watcher.log(), pods_report(&bed));
+    assert_healthy(&bed);
+    traffic.finish_on_every_pod(&bed);
+}
+
 #[test]
 fn replicas_copied_in_full_are_re_linked_by_the_watcher_on_1_0() {
     scenario_relink(Line::V1_0);

@@ -170,6 +170,19 @@ impl PikaPod {
         newest.map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).unwrap_or_default()
     }
 
+    /// Cuts its link to its master as a dropped connection would: destroys, from inside its namespace, its sockets to
+    /// a master's replication port (pika's port + 2000) with `ss -K`. The master drops it at once; pika tries to link
+    /// again only about 10 s later.
+    pub fn cut_replication_link(&self) {
+        let port = self.addr().rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).expect("a port") + 2000;
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.net.ns, "ss", "-K", "dport", "=", &format!(":{port}")])
+            .output()
+            .expect("run ss -K");
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && listed.contains(&format!(":{port}")), "no link of {} cut: {listed}", self.name);
+    }
+
     /// SIGSTOP: a pika that hangs (a stalled node, a long pause). Its master keeps taking writes it does not get.
     pub fn freeze(&self) {
         self.signal("-STOP");
