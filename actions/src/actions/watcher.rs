@@ -490,39 +490,36 @@ impl<'a> Leader<'a> {
     /// Re-links `server`, a replica of group `gid` copied in full and now in sync ([`transfer::relink`]), unless
     /// its group is being failed over or repaired.
     fn start_relink(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, server: &str) {
-        if self.relinking.contains(server) || self.repairing.contains(&gid) || self.failing_over.contains(&gid) {
-            return;
+        if let Some(job) = self.replica_job(gid, server) {
+            let server = server.to_owned();
+            jobs.spawn(async move { JobDone::Relink(server, job.run().await) });
         }
-        self.relinking.insert(server.to_owned());
-        let job = RelinkJob {
-            ctx: Arc::clone(self.ctx),
-            dashboard: self.dashboard.clone(),
-            etcd: self.etcd.clone(),
-            lease: Arc::clone(&self.lease),
-            gid,
-            server: server.to_owned(),
-        };
-        let server = server.to_owned();
-        jobs.spawn(async move { JobDone::Relink(server, job.run().await) });
     }
 
     /// Copies `server`, a replica of group `gid` whose first link after its full copy dropped, in full again
     /// ([`transfer::copy_again_if_dropped`]), unless its group is being failed over or repaired.
     fn start_copy_again(&mut self, jobs: &mut JoinSet<JobDone>, gid: u32, server: &str) {
+        if let Some(job) = self.replica_job(gid, server) {
+            let server = server.to_owned();
+            jobs.spawn(async move { JobDone::CopiedAgain(server, job.copy_again().await) });
+        }
+    }
+
+    /// A job on `server`, a replica of group `gid`, recorded as under way; `None` while one already is, or while its
+    /// group is being failed over or repaired.
+    fn replica_job(&mut self, gid: u32, server: &str) -> Option<RelinkJob> {
         if self.relinking.contains(server) || self.repairing.contains(&gid) || self.failing_over.contains(&gid) {
-            return;
+            return None;
         }
         self.relinking.insert(server.to_owned());
-        let job = RelinkJob {
+        Some(RelinkJob {
             ctx: Arc::clone(self.ctx),
             dashboard: self.dashboard.clone(),
             etcd: self.etcd.clone(),
             lease: Arc::clone(&self.lease),
             gid,
             server: server.to_owned(),
-        };
-        let server = server.to_owned();
-        jobs.spawn(async move { JobDone::CopiedAgain(server, job.copy_again().await) });
+        })
     }
 
     /// Repairs group `gid` from a fresh read for what a sweep found, at most once every [`SWEEP_REPAIR_PACE`].

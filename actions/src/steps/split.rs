@@ -363,24 +363,7 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
                     None => continue,
                     Some(_) => {}
                 }
-                // The group's transfer lock too: the split's commands to the shard's pods take only that one.
-                let cut = s
-                    .under_topology_lock(async |_| {
-                        transfer::under_group_lock(s, gid, async || {
-                        let stats = s.stats().await?;
-                        let Some(group) = stats.group(gid) else { return Ok(()) };
-                        if group.is_promoting() {
-                            // A promote left in progress by a run that stopped: resumed with its own address.
-                            return transfer::promote(s, gid, &transfer::promoting_target(group)?).await;
-                        }
-                        if group.master().is_some_and(|m| m.eq_ignore_ascii_case(&alias)) {
-                            tracing::info!(gid, to = %to, "promoting the split's new master, the group's writes held");
-                            transfer::promote_split(s, gid, &alias, &to).await?;
-                        }
-                        Ok(())
-                    }).await
-                    })
-                    .await;
+                let cut = cutover(s, gid, &alias, &to).await;
                 match cut {
                     Err(Error::Transfer(transfer::Refusal::NotCaughtUp { .. })) => {
                         tracing::info!(gid, to = %to, "the new master did not reach the donor while writes were held");
@@ -403,6 +386,29 @@ pub async fn complete(s: &Session<'_>, shard: &Shard, gid: u32) -> Result<Finish
             }
         }
     }
+}
+
+/// The fenced cutover of `gid` from `alias` to `to` ([`transfer::promote_split`]), or a promote left in progress
+/// resumed, under the topology lock and the group's transfer lock (the split's commands to the shard's pods take only
+/// the latter).
+async fn cutover(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> Result<()> {
+    s.under_topology_lock(async |_| {
+        transfer::under_group_lock(s, gid, async || {
+            let stats = s.stats().await?;
+            let Some(group) = stats.group(gid) else { return Ok(()) };
+            if group.is_promoting() {
+                // A promote left in progress by a run that stopped: resumed with its own address.
+                return transfer::promote(s, gid, &transfer::promoting_target(group)?).await;
+            }
+            if group.master().is_some_and(|m| m.eq_ignore_ascii_case(alias)) {
+                tracing::info!(gid, to = %to, "promoting the split's new master, the group's writes held");
+                transfer::promote_split(s, gid, alias, to).await?;
+            }
+            Ok(())
+        })
+        .await
+    })
+    .await
 }
 
 /// The pod the split promotes: a member of the group, the lowest ordinal.
