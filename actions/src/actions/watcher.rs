@@ -33,7 +33,14 @@
 //!    A replica marked as copied in full ([`transfer::relink_key`]; the sweep marks one it sees in a full sync) is
 //!    re-linked once it is in sync ([`transfer::relink`]), so that pika stops its idle rsync client now rather than
 //!    inside the promote of the next switchover to it, with writes held.
-//! 6. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
+//! 6. **Proxies gone for good.** Codis pushes every promote and slot change to every registered proxy and fails when
+//!    one does not answer, and a proxy whose pod died without its preStop stays registered for ever. Every proxy is
+//!    probed at its admin API like a master (which token answers there, within the detection time); one that failed
+//!    every probe for the detection time is judged ([`crate::plan::proxies`]) and, when the dashboard cannot reach
+//!    it either and its process is known gone (another token answers at its address, or the Kubernetes API says its
+//!    pod is gone or runs no proxy container), removed with Codis's force removal, logged and announced. A failover
+//!    whose promote waits on such a proxy goes through the moment it is removed.
+//! 7. **Data marks.** A master first seen with replication offset zero marks its group as never having held data; one
 //!    seen above zero, as having held data. `rejoin` starts an empty master with no replica left only over the first
 //!    mark, and refuses otherwise (no mark: nobody can say).
 //!
@@ -49,7 +56,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::budget::Budget;
-use crate::clients::codis::{Dashboard, Group};
+use crate::clients::codis::{Dashboard, Group, ProxyHealth};
 use crate::clients::etcd::{self, Etcd, LockGuard};
 use crate::clients::kube::ObjectRef;
 use crate::clients::pika::{self, Pika, Replication};
@@ -62,6 +69,7 @@ use crate::input::replication::{BinlogPosition, SyncState};
 use crate::plan::detector::{Detector, Verdict};
 use crate::steps::cluster::{self, release, Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
+use crate::steps::proxies::{self, Removal};
 use crate::steps::transfer::{self, RelinkMark, Transfer};
 
 /// How often every group is checked for members that do not follow its master.
@@ -74,6 +82,8 @@ const GROUP_LOCK_WAIT: Duration = Duration::from_millis(300);
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 /// The longest pause between two failover attempts of one group.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// The least time between two judgements of one unreachable proxy that was kept (or could not be judged).
+const PROXY_JUDGE_PACE: Duration = Duration::from_secs(5);
 
 /// The watcher's settings, from its event.
 #[derive(Debug, Clone)]
@@ -236,6 +246,7 @@ enum JobDone {
     Repair(u32, Result<bool>),
     Relink(String, Result<transfer::Relink>),
     CopiedAgain(String, Result<bool>),
+    Proxy(String, Result<Removal>),
 }
 
 /// A replica's `INFO`, asked to learn how its data stands (never to judge whether it is alive).
@@ -243,6 +254,13 @@ struct SweepDone {
     gid: u32,
     server: String,
     result: std::result::Result<(Pika, Replication), String>,
+}
+
+/// A proxy probe's result: the token that answered at the proxy's admin address, or why none did.
+struct ProxyProbeDone {
+    token: String,
+    sent: Instant,
+    answer: std::result::Result<String, String>,
 }
 
 /// A probe's result.
@@ -287,6 +305,16 @@ struct Leader<'a> {
     /// When each replica copied in full and not re-linked since was first seen trying to link, since it last was not.
     connecting_since: BTreeMap<String, Instant>,
     no_replica_warned: BTreeSet<u32>,
+    /// Registered proxies by token, with the dashboard's last word on each; probed at their admin API like masters
+    /// (a proxy gone without its preStop stays registered, and every promote waits for it).
+    proxies: BTreeMap<String, ProxyHealth>,
+    proxy_detector: Detector,
+    /// Proxies whose address last answered under another token, those being judged now, and when one kept may be
+    /// judged again.
+    replaced_proxies: BTreeSet<String>,
+    judging_proxies: BTreeSet<String>,
+    judge_proxy_after: BTreeMap<String, Instant>,
+    kept_proxies_told: BTreeSet<String>,
 }
 
 impl<'a> Leader<'a> {
@@ -324,6 +352,12 @@ impl<'a> Leader<'a> {
             in_sync_since: BTreeMap::new(),
             connecting_since: BTreeMap::new(),
             no_replica_warned: BTreeSet::new(),
+            proxies: BTreeMap::new(),
+            proxy_detector: Detector::new(settings.detection, settings.interval),
+            replaced_proxies: BTreeSet::new(),
+            judging_proxies: BTreeSet::new(),
+            judge_proxy_after: BTreeMap::new(),
+            kept_proxies_told: BTreeSet::new(),
         }
     }
 
@@ -332,6 +366,7 @@ impl<'a> Leader<'a> {
         let mut probes: JoinSet<ProbeDone> = JoinSet::new();
         let mut sweeps: JoinSet<SweepDone> = JoinSet::new();
         let mut jobs: JoinSet<JobDone> = JoinSet::new();
+        let mut proxy_probes: JoinSet<ProxyProbeDone> = JoinSet::new();
         let mut ticker = tokio::time::interval(self.settings.tick());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_refresh = Instant::now();
@@ -352,7 +387,9 @@ impl<'a> Leader<'a> {
                         self.refresh().await;
                     }
                     self.start_probes(&mut probes);
+                    self.start_proxy_probes(&mut proxy_probes);
                     self.start_sweeps(&mut sweeps);
+                    self.start_proxy_judgements(&mut jobs, now);
                     self.start_failovers(&mut jobs, now);
                     if now >= next_repair {
                         next_repair = now + REPAIR_EVERY;
@@ -367,6 +404,11 @@ impl<'a> Leader<'a> {
                         self.probed(done, &mut jobs).await;
                     }
                 }
+                Some(done) = proxy_probes.join_next(), if !proxy_probes.is_empty() => {
+                    if let Ok(done) = done {
+                        self.proxy_probed(done);
+                    }
+                }
                 Some(done) = sweeps.join_next(), if !sweeps.is_empty() => {
                     if let Ok(done) = done {
                         self.swept(done, &mut jobs).await;
@@ -376,7 +418,7 @@ impl<'a> Leader<'a> {
                     if let Ok(done) = done {
                         // A failover moved (or tried to move) a master: read Codis again at once. A repair changes
                         // no master, and a round of them would otherwise re-read it once per group.
-                        if matches!(done, JobDone::Failover(..)) {
+                        if matches!(done, JobDone::Failover(..) | JobDone::Proxy(_, Ok(Removal::Removed { .. }))) {
                             next_refresh = Instant::now();
                         }
                         self.job_done(done);
@@ -550,8 +592,8 @@ impl<'a> Leader<'a> {
     }
 
     async fn refresh(&mut self) {
-        let models = match self.dashboard.groups().await {
-            Ok(models) => models,
+        let (models, proxies) = match self.dashboard.watched().await {
+            Ok(watched) => (watched.groups, watched.proxies),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read codis; probing the masters known so far");
                 return;
@@ -585,6 +627,12 @@ impl<'a> Leader<'a> {
         let replicas: BTreeSet<String> =
             models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
         self.sweep_conns.retain(|s, _| replicas.contains(s));
+        self.proxies = proxies.into_iter().map(|p| (p.proxy.token.clone(), p)).collect();
+        self.proxy_detector.watch(self.proxies.keys().cloned());
+        let listed = |token: &String| self.proxies.contains_key(token);
+        self.replaced_proxies.retain(listed);
+        self.judge_proxy_after.retain(|token, _| listed(token));
+        self.kept_proxies_told.retain(listed);
         // Transfers mark the replicas they resync in full; this is where the leader learns of them.
         if let Ok(marks) = transfer::relink_marks(&self.etcd, &self.prefix).await {
             self.relinks = marks;
@@ -686,6 +734,74 @@ impl<'a> Leader<'a> {
                 self.detector.report(&done.server, done.sent, Err(error), now);
                 self.conns.remove(&done.server);
             }
+        }
+    }
+
+    /// Asks every registered proxy due for a probe which token answers at its admin address, within the detection
+    /// time.
+    fn start_proxy_probes(&mut self, probes: &mut JoinSet<ProxyProbeDone>) {
+        let now = Instant::now();
+        for token in self.proxy_detector.due(now) {
+            let Some(health) = self.proxies.get(&token) else { continue };
+            let at = pika::dial_address(&health.proxy.admin_addr, &self.ctx_common().pika.overrides)
+                .map_err(|e| e.to_string());
+            let dashboard = self.dashboard.clone();
+            let timeout = self.settings.detection;
+            probes.spawn(async move {
+                let answer = match at {
+                    Ok(at) => match tokio::time::timeout(timeout, dashboard.proxy_token_at(&at)).await {
+                        Ok(answer) => answer.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+                    },
+                    Err(e) => Err(e),
+                };
+                ProxyProbeDone { token, sent: now, answer }
+            });
+        }
+    }
+
+    fn proxy_probed(&mut self, done: ProxyProbeDone) {
+        let outcome = match done.answer {
+            Ok(answering) if answering == done.token => {
+                self.replaced_proxies.remove(&done.token);
+                if self.kept_proxies_told.remove(&done.token) {
+                    tracing::info!(token = %done.token, "proxy answers again");
+                }
+                Ok(())
+            }
+            Ok(answering) => {
+                self.replaced_proxies.insert(done.token.clone());
+                Err(format!("another proxy (token {answering}) answers at its address"))
+            }
+            Err(e) => {
+                self.replaced_proxies.remove(&done.token);
+                Err(e)
+            }
+        };
+        self.proxy_detector.report(&done.token, done.sent, outcome, Instant::now());
+    }
+
+    /// Judges each proxy that failed every probe for the detection time ([`proxies::remove_if_gone`]), at most once
+    /// every [`PROXY_JUDGE_PACE`] while it is kept.
+    fn start_proxy_judgements(&mut self, jobs: &mut JoinSet<JobDone>, now: Instant) {
+        for Verdict { server: token, since, error } in self.proxy_detector.dead(now) {
+            if self.judging_proxies.contains(&token) || self.judge_proxy_after.get(&token).is_some_and(|at| now < *at) {
+                continue;
+            }
+            let Some(health) = self.proxies.get(&token) else { continue };
+            self.judging_proxies.insert(token.clone());
+            let job = ProxyJob {
+                ctx: Arc::clone(self.ctx),
+                dashboard: self.dashboard.clone(),
+                etcd: self.etcd.clone(),
+                lease: Arc::clone(&self.lease),
+                token: token.clone(),
+                admin_addr: health.proxy.admin_addr.clone(),
+                replaced: self.replaced_proxies.contains(&token),
+                why: format!("no answer for {} ms ({error})", now.saturating_duration_since(since).as_millis()),
+                kube_api: self.settings.kube_api.clone(),
+            };
+            jobs.spawn(async move { JobDone::Proxy(token, job.run().await) });
         }
     }
 
@@ -792,6 +908,24 @@ impl<'a> Leader<'a> {
                 if let Err(e) = result {
                     tracing::info!(server, error = %e.one_line(), "replica not copied again yet");
                 }
+            }
+            JobDone::Proxy(token, result) => {
+                self.judging_proxies.remove(&token);
+                let pace = match &result {
+                    // Gone from the listing at the next read of Codis, which comes at once.
+                    Ok(Removal::Removed { .. } | Removal::NotListed) => self.settings.refresh(),
+                    Ok(Removal::Kept(why)) => {
+                        if self.kept_proxies_told.insert(token.clone()) {
+                            tracing::warn!(token, why, "proxy unreachable but kept: it may be alive");
+                        }
+                        PROXY_JUDGE_PACE
+                    }
+                    Err(e) => {
+                        tracing::info!(token, error = %e.one_line(), "could not judge the unreachable proxy yet");
+                        PROXY_JUDGE_PACE
+                    }
+                };
+                self.judge_proxy_after.insert(token, Instant::now() + pace);
             }
             JobDone::Repair(gid, result) => {
                 self.repairing.remove(&gid);
@@ -983,6 +1117,49 @@ impl RepairJob {
         .await;
         release(&mut lock).await;
         result
+    }
+}
+
+/// The judgement of one proxy that failed every probe for the detection time.
+struct ProxyJob {
+    ctx: Arc<Context>,
+    dashboard: Dashboard,
+    etcd: Etcd,
+    lease: Arc<LockGuard>,
+    token: String,
+    admin_addr: String,
+    replaced: bool,
+    why: String,
+    kube_api: Option<String>,
+}
+
+impl ProxyJob {
+    /// Removes the proxy if it is gone ([`proxies::remove_if_gone`]); logs and announces a removal.
+    async fn run(self) -> Result<Removal> {
+        let ctx = job_context(&self.ctx);
+        let Some(common) = ctx.event.common() else { return Ok(Removal::Kept("no cluster to act on")) };
+        let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
+        if !self.lease.is_held().await {
+            return Err(LeaseGone.into());
+        }
+        let removal = proxies::remove_if_gone(&s, &self.token, self.replaced, self.kube_api.as_deref()).await?;
+        if let Removal::Removed { why, .. } = &removal {
+            let line = format!(
+                "codis-proxy {} (token {}) removed from Codis: {why}; {}. Every promote and slot change waited for it",
+                self.admin_addr, self.token, self.why
+            );
+            tracing::warn!(proxy = %self.admin_addr, token = %self.token, "proxy gone: removed: {line}");
+            failover::announce(
+                self.kube_api.as_deref(),
+                &common.cluster.namespace,
+                &ObjectRef::cluster(&common.cluster.name),
+                proxies::REASON_PROXY_REMOVED,
+                &line,
+                true,
+            )
+            .await;
+        }
+        Ok(removal)
     }
 }
 

@@ -248,20 +248,52 @@ impl Dashboard {
         self.get_json(&route("stats", &[])?).await
     }
 
-    /// Only the groups of the stats (the same call): decoding skips the slot table and every server's INFO map
-    /// instead of building them, which is most of what a read costs a process that reads it every few seconds.
-    pub async fn groups(&self) -> Result<Vec<Group>, Error> {
+    /// Only the groups and proxies of the stats (the same call): decoding skips the slot table, every server's INFO
+    /// map and every proxy's counters instead of building them, which is most of what a read costs a process that
+    /// reads it every few seconds.
+    pub async fn watched(&self) -> Result<Watched, Error> {
         #[derive(Deserialize)]
-        struct StatsGroups {
+        struct StatsWatched {
             group: GroupModels,
+            #[serde(default)]
+            proxy: ProxyHealths,
         }
         #[derive(Deserialize)]
         struct GroupModels {
             #[serde(default)]
             models: Vec<Group>,
         }
-        let only: StatsGroups = self.get_json(&route("stats", &[])?).await?;
-        Ok(only.group.models)
+        #[derive(Deserialize, Default)]
+        struct ProxyHealths {
+            #[serde(default)]
+            models: Vec<Proxy>,
+            #[serde(default)]
+            stats: BTreeMap<String, Health>,
+        }
+        /// A proxy's stats entry without its counters.
+        #[derive(Deserialize)]
+        struct Health {
+            #[serde(default)]
+            error: Option<Value>,
+            #[serde(default)]
+            timeout: Option<bool>,
+        }
+        let only: StatsWatched = self.get_json(&route("stats", &[])?).await?;
+        let mut health = only.proxy.stats;
+        let proxies = only
+            .proxy
+            .models
+            .into_iter()
+            .map(|proxy| {
+                let unreachable = health.remove(&proxy.token).and_then(|h| match (h.error, h.timeout) {
+                    (Some(e), _) if !e.is_null() => Some(cause_of(&e)),
+                    (_, Some(true)) => Some("its stats request timed out".to_owned()),
+                    _ => None,
+                });
+                ProxyHealth { proxy, unreachable }
+            })
+            .collect();
+        Ok(Watched { groups: only.group.models, proxies })
     }
 
     // ---- groups ------------------------------------------------------------------------------------------------
@@ -325,6 +357,15 @@ impl Dashboard {
         crate::failpoint::step("proxy fillslots");
         let reply = self.send_to_proxy(at, token, auth, Method::PUT, "fillslots", Some(body)).await?;
         expect_ok(&endpoint, &reply)
+    }
+
+    /// The token of the proxy serving its admin API at `at` (`GET /api/proxy/model`, no xauth): another token than
+    /// the one registered means the registered process is gone and another took its address.
+    pub async fn proxy_token_at(&self, at: &HostPort) -> Result<String, Error> {
+        let path = "/api/proxy/model";
+        let body = self.send_at(&at.to_string(), "", Method::GET, path, None).await?;
+        let proxy: Proxy = decode(&format!("GET {at}{path}"), &body)?;
+        Ok(proxy.token)
     }
 
     // ---- slots -------------------------------------------------------------------------------------------------
@@ -620,9 +661,7 @@ impl Stats {
         self.proxy.models.iter().find_map(|proxy| {
             let entry = self.proxy.stats.get(&proxy.token)?;
             let why = match (&entry.error, entry.timeout) {
-                (Some(e), _) if !e.is_null() => {
-                    e.get("Cause").and_then(|c| c.as_str()).map_or_else(|| e.to_string(), str::to_owned)
-                }
+                (Some(e), _) if !e.is_null() => cause_of(e),
                 (_, Some(true)) => "its stats request timed out".to_owned(),
                 _ => return None,
             };
@@ -777,6 +816,29 @@ pub struct ServerAction {
     pub index: Option<u64>,
     /// The state.
     pub state: Option<String>,
+}
+
+/// What the failover watcher reads of the stats: the groups, and each proxy with the dashboard's last word on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Watched {
+    /// Every group, by ascending id.
+    pub groups: Vec<Group>,
+    /// Every registered proxy, by ascending id.
+    pub proxies: Vec<ProxyHealth>,
+}
+
+/// A registered proxy and whether the dashboard reached it the last time it asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyHealth {
+    /// The proxy.
+    pub proxy: Proxy,
+    /// Why the dashboard could not reach it the last time it asked; `None` when it could, or has not asked yet.
+    pub unreachable: Option<String>,
+}
+
+/// The cause Codis gives in an error object (`{"Cause": …}`), else the object itself.
+fn cause_of(error: &Value) -> String {
+    error.get("Cause").and_then(|c| c.as_str()).map_or_else(|| error.to_string(), str::to_owned)
 }
 
 /// Proxies and their health.
@@ -1187,14 +1249,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn groups_are_the_stats_groups_of_the_same_call() {
+    async fn the_watched_groups_and_proxies_are_those_of_the_stats_of_the_same_call() {
         let body = transcript("038").response_body;
         let server = Canned::serve(vec![model_reply(), ok(), ("200 OK", body.clone()), ("200 OK", body.clone())]);
         let dashboard = connected(&server).await;
-        let groups = dashboard.groups().await.unwrap();
+        let watched = dashboard.watched().await.unwrap();
         let stats = dashboard.stats().await.unwrap();
-        assert!(groups.len() >= 2, "{groups:?}");
-        assert_eq!(groups, stats.group.models);
+        assert!(watched.groups.len() >= 2, "{watched:?}");
+        assert_eq!(watched.groups, stats.group.models);
+        let proxies: Vec<Proxy> = watched.proxies.iter().map(|p| p.proxy.clone()).collect();
+        assert!(!proxies.is_empty(), "{watched:?}");
+        assert_eq!(proxies, stats.proxy.models);
+        let unreachable: Vec<Option<String>> = watched.proxies.iter().map(|p| p.unreachable.clone()).collect();
+        let expected: Vec<Option<String>> = stats
+            .proxy
+            .models
+            .iter()
+            .map(|p| stats.proxy.stats.get(&p.token).filter(|e| !e.is_healthy()).map(|_| String::new()))
+            .collect();
+        assert_eq!(
+            unreachable.iter().map(Option::is_some).collect::<Vec<_>>(),
+            expected.iter().map(Option::is_some).collect::<Vec<_>>()
+        );
         assert_eq!(server.requests()[2], server.requests()[3]);
     }
 

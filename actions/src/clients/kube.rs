@@ -83,6 +83,17 @@ pub enum Error {
         #[source]
         source: Box<::kube::Error>,
     },
+    /// Reading a pod failed (other than "not found").
+    #[error("kubernetes api: cannot read pod {namespace}/{name}")]
+    GetPod {
+        /// The namespace.
+        namespace: String,
+        /// The pod.
+        name: String,
+        /// The API's answer.
+        #[source]
+        source: Box<::kube::Error>,
+    },
     /// Creating an event failed.
     #[error("kubernetes api: cannot record event {reason} on {kind} {namespace}/{name}")]
     RecordEvent {
@@ -131,6 +142,39 @@ impl PodFacts {
             .and_then(|status| status.conditions.as_ref())
             .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         Some(Self { name, revision: label(REVISION_LABEL), role: label(ROLE_LABEL), ready })
+    }
+}
+
+/// What the API says of one container of one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerLife {
+    /// No such pod (any more).
+    PodGone,
+    /// The pod is being deleted.
+    PodTerminating,
+    /// The pod exists and the container is not running (waiting to start, terminated, or not listed).
+    NotRunning,
+    /// The container is running.
+    Running,
+}
+
+impl ContainerLife {
+    fn of(pod: &Pod, container: &str) -> Self {
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Self::PodTerminating;
+        }
+        let running = pod
+            .status
+            .as_ref()
+            .and_then(|status| status.container_statuses.as_ref())
+            .and_then(|statuses| statuses.iter().find(|c| c.name == container))
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|state| state.running.is_some());
+        if running {
+            Self::Running
+        } else {
+            Self::NotRunning
+        }
     }
 }
 
@@ -381,6 +425,18 @@ impl Kube {
     ) -> Result<Vec<PodFacts>, Error> {
         let short = component_short_name(cluster, component_full_name)?;
         self.pods(namespace, &format!("{INSTANCE_LABEL}={cluster},{COMPONENT_LABEL}={short}")).await
+    }
+
+    /// Whether `container` of pod `name` runs (`GET /api/v1/namespaces/{namespace}/pods/{name}`).
+    pub async fn container_life(&self, namespace: &str, name: &str, container: &str) -> Result<ContainerLife, Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let found = self.bounded("read pod", || format!("{namespace}/{name}"), api.get_opt(name)).await?;
+        let found = found.map_err(|source| Error::GetPod {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(source),
+        })?;
+        Ok(found.map_or(ContainerLife::PodGone, |pod| ContainerLife::of(&pod, container)))
     }
 
     /// The revisions recorded by the InstanceSet `name` (a component's full name); [`None`] when there is no such
@@ -648,6 +704,63 @@ mod tests {
             matches!(&err, Error::ListPods { namespace, selector, .. } if namespace == "test-ns" && selector == "a=b")
         );
         assert_eq!(err.to_string(), "kubernetes api: cannot list pods in test-ns matching a=b");
+    }
+
+    #[tokio::test]
+    async fn a_containers_life_is_read_from_its_pod() {
+        let pod = |deleting: bool, state: Value| {
+            let mut metadata = json!({ "name": "tc-proxy-1", "namespace": "test-ns" });
+            if deleting {
+                metadata["deletionTimestamp"] = json!("2026-12-06T07:00:00Z");
+            }
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+                "status": { "containerStatuses": [
+                    { "name": "other", "ready": true, "restartCount": 0, "image": "x", "imageID": "x",
+                      "state": { "running": {} } },
+                    { "name": "codis-proxy", "ready": false, "restartCount": 1, "image": "x", "imageID": "x",
+                      "state": state },
+                ] },
+            })
+        };
+        let not_found = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "pods \"tc-proxy-1\" not found", "reason": "NotFound", "code": 404,
+        });
+        let cases = [
+            (
+                StatusCode::OK,
+                pod(false, json!({ "running": { "startedAt": "2026-12-06T07:00:00Z" } })),
+                ContainerLife::Running,
+            ),
+            (
+                StatusCode::OK,
+                pod(false, json!({ "waiting": { "reason": "CrashLoopBackOff" } })),
+                ContainerLife::NotRunning,
+            ),
+            (StatusCode::OK, pod(false, json!({ "terminated": { "exitCode": 137 } })), ContainerLife::NotRunning),
+            (StatusCode::OK, pod(true, json!({ "running": {} })), ContainerLife::PodTerminating),
+            (StatusCode::NOT_FOUND, not_found, ContainerLife::PodGone),
+        ];
+        for (status, body, expected) in cases {
+            let (kube, mut handle) = mock_api();
+            let (life, seen) = tokio::join!(
+                kube.container_life("test-ns", "tc-proxy-1", "codis-proxy"),
+                serve(&mut handle, status, body)
+            );
+            assert_eq!(seen.path, "/api/v1/namespaces/test-ns/pods/tc-proxy-1");
+            assert_eq!(life.expect("read"), expected);
+        }
+        let (kube, mut handle) = mock_api();
+        let forbidden = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "pods is forbidden", "reason": "Forbidden", "code": 403,
+        });
+        let (life, _) = tokio::join!(
+            kube.container_life("test-ns", "tc-proxy-1", "codis-proxy"),
+            serve(&mut handle, StatusCode::FORBIDDEN, forbidden)
+        );
+        assert_eq!(life.expect_err("forbidden").to_string(), "kubernetes api: cannot read pod test-ns/tc-proxy-1");
     }
 
     #[tokio::test]

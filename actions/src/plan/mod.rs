@@ -22,6 +22,7 @@ use crate::input::replication::{BinlogPosition, SyncState};
 
 pub mod detector;
 pub mod keyslot;
+pub mod proxies;
 pub mod resync;
 pub mod rounds;
 pub mod split;

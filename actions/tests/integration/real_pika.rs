@@ -13,6 +13,8 @@ use testbed::{Ledger, Workload, WorkloadOptions};
 
 use crate::support::describe;
 
+mod failover;
+
 fn action() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_pika-action"))
 }

@@ -194,6 +194,27 @@ impl RealBed {
         self.proxies.last().expect("just pushed")
     }
 
+    /// Kills proxy `index` with SIGKILL and starts a new process at its addresses, as a container restarted in its
+    /// pod (see [`Proxy::restart`]).
+    ///
+    /// # Panics
+    /// When the new one does not come online.
+    pub fn restart_proxy(&mut self, index: usize) {
+        let proxy = &mut self.proxies[index];
+        proxy.restart(&self.network).unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
+    }
+
+    /// Kills proxy `index` with SIGKILL, without its preStop, and starts a new one at its addresses under another
+    /// token, as a pod made again on another node: the old entry stays registered at the same address.
+    ///
+    /// # Panics
+    /// When the new one does not come online.
+    pub fn replace_proxy_pod(&mut self, index: usize) {
+        self.proxies[index].kill();
+        self.network.add_dummy_link().unwrap_or_else(|e| panic!("a dummy link: {e}"));
+        self.restart_proxy(index);
+    }
+
     /// Adds a shard of `pods` pods (started) and returns its index.
     ///
     /// # Panics

@@ -179,6 +179,9 @@ pub struct Proxy {
     data: String,
     admin: String,
     password: String,
+    program: PathBuf,
+    args: Vec<String>,
+    dir: PathBuf,
     child: Option<Child>,
 }
 
@@ -219,18 +222,62 @@ impl Proxy {
             format!("--host-proxy={data}"),
             "--log-level=INFO".to_owned(),
         ];
-        let log = dir.join("proxy.log");
-        let mut child = spawn(network, &servers.proxy, &args, password, &log)?;
+        let mut proxy =
+            Self { data, admin, password: password.to_owned(), program: servers.proxy.clone(), args, dir, child: None };
+        proxy.spawn(network)?;
+        Ok(proxy)
+    }
+
+    /// Starts the process (the log of an earlier one is kept beside, numbered) and waits until it is online.
+    fn spawn(&mut self, network: &Network) -> Result<(), String> {
+        let mut log = self.dir.join("proxy.log");
+        for n in 1.. {
+            if !log.exists() {
+                break;
+            }
+            log = self.dir.join(format!("proxy.{n}.log"));
+        }
+        let mut child = spawn(network, &self.program, &self.args, &self.password, &log)?;
         // Online once the dashboard filled it (`--dashboard` has it come online by itself); PING is no check: the
         // fork forwards it to a backend, and no slot has one before the first registration.
-        let probe = admin.clone();
+        let probe = self.admin.clone();
         wait("codis-proxy", &mut child, &log, || {
             http_get(&probe, "/proxy/stats")
                 .ok()
                 .and_then(|body| serde_json::from_str::<Value>(&body).ok())
                 .is_some_and(|stats| stats.get("online").and_then(Value::as_bool) == Some(true))
         })?;
-        Ok(Self { data, admin, password: password.to_owned(), child: Some(child) })
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Kills it with SIGKILL, as a node lost or a pod deleted without its preStop: it stays registered at the
+    /// dashboard.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills it with SIGKILL and starts a new process at the same addresses, as a container restarted in its pod:
+    /// the new one comes online under a token of its own, and the old one's entry stays registered.
+    ///
+    /// # Errors
+    /// When the new one does not come online.
+    pub fn restart(&mut self, network: &Network) -> Result<(), String> {
+        self.kill();
+        self.spawn(network)
+    }
+
+    /// Its token as its own admin API reports it (`GET /api/proxy/model`).
+    ///
+    /// # Errors
+    /// When it cannot be reached.
+    pub fn token(&self) -> Result<String, String> {
+        let body = http_get(&self.admin, "/api/proxy/model")?;
+        let model: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        model.get("token").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| format!("no token in {body}"))
     }
 
     /// Where clients connect.
@@ -289,6 +336,8 @@ pub struct Topology {
     pub slots: Vec<u32>,
     /// Slots with a migration action.
     pub migrating: usize,
+    /// Registered proxies as `(token, admin address)`, by id.
+    pub proxies: Vec<(String, String)>,
 }
 
 impl Topology {
@@ -329,7 +378,17 @@ impl Topology {
                 migrating += 1;
             }
         }
-        Ok(Self { groups, slots, migrating })
+        let proxies = stats
+            .pointer("/proxy/models")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let field = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+                (field("token"), field("admin_addr"))
+            })
+            .collect();
+        Ok(Self { groups, slots, migrating, proxies })
     }
 
     /// The group listing `server`.

@@ -33,6 +33,7 @@ pub struct Network {
     dir: PathBuf,
     namespaces: Mutex<BTreeSet<String>>,
     hosts: Mutex<Vec<(String, Ipv4Addr)>>,
+    dummies: std::sync::atomic::AtomicU32,
 }
 
 /// A pod's namespace and address.
@@ -148,7 +149,13 @@ impl Network {
             // Links or namespaces a lost cleaner left under this number are nobody's now.
             clean_network(n);
             let dir = Path::new(LEASES).join(n.to_string());
-            let network = Self { n, dir, namespaces: Mutex::new(BTreeSet::new()), hosts: Mutex::new(Vec::new()) };
+            let network = Self {
+                n,
+                dir,
+                namespaces: Mutex::new(BTreeSet::new()),
+                hosts: Mutex::new(Vec::new()),
+                dummies: std::sync::atomic::AtomicU32::new(0),
+            };
             network.write_hosts()?;
             std::fs::write(network.dir.join("resolv.conf"), "").map_err(|e| e.to_string())?;
             let bridge = network.bridge();
@@ -245,6 +252,18 @@ impl Network {
         inside(&["link", "set", "eth0", "up"])?;
         inside(&["route", "add", "default", "via", &self.node().to_string()])?;
         Ok(PodNet { ns, addr })
+    }
+
+    /// Adds a veth pair of its own to the root namespace, down (removed with the lease's links). The fork's proxy
+    /// token hashes the host's MAC addresses: a proxy started after this one is added gets another token at the same
+    /// address, as a pod made again on another node's network.
+    ///
+    /// # Errors
+    /// When iproute2 refuses.
+    pub fn add_dummy_link(&self) -> Result<(), String> {
+        let n = self.dummies.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (one, other) = (format!("pkb{}vd{n}", self.n), format!("pkb{}ve{n}", self.n));
+        ip(&["link", "add", &one, "type", "veth", "peer", "name", &other])
     }
 
     /// Adds `name` → `addr` to the bed's hosts file (rewritten in place: the bind mounts see the same file).
