@@ -16,9 +16,9 @@
 //! 3. **Failover.** For a dead master of a group with replicas: take the group's transfer lock (never the topology
 //!    lock, which a drain may hold while it waits on this very group), then the fenced, unplanned transfer of
 //!    [`transfer`]: the most advanced replica that completed a sync is fenced in etcd, promoted through Codis
-//!    (retried between migration batches, which Codis allows), the other replicas follow it, and the old master is
-//!    left for `rejoin` to re-point when its pod restarts. Replicas that are down are left alone: nothing is ever
-//!    deleted from Codis, no pod is shut down. The change is logged, stored ([`failover`]) for `topology`, and
+//!    (the migration executor paused for the promote when a batch is on the wire, [`crate::steps::pause`]), the
+//!    other replicas follow it, and the old master is left for `rejoin` to re-point when its pod restarts. Replicas
+//!    that are down are left alone: no server is ever deleted from Codis, no pod is shut down. The change is logged, stored ([`failover`]) for `topology`, and
 //!    recorded as a Kubernetes Event on the Cluster when an API is reachable.
 //! 4. **Repair.** The old master may come back without restarting (a network partition that heals, a frozen
 //!    process): it still says `role:master`, though Codis routes to the new one. It is probed like a master, and the
@@ -1070,10 +1070,14 @@ impl RepairJob {
         let Some(common) = ctx.event.common() else { return Ok(false) };
         let s = Session { ctx: &ctx, common, dashboard: self.dashboard, etcd: Some(self.etcd) };
         let gid = self.gid;
-        // The periodic round also frees writes a killed transfer left held at the proxies.
+        // The periodic round also frees writes a killed transfer left held at the proxies, and resumes migrations
+        // a killed promote left paused.
         if self.listed.is_some() {
             if let Ok(stats) = s.stats().await {
                 crate::steps::hold::release_stale(&s, &stats, gid).await;
+            }
+            if let Err(e) = crate::steps::pause::resume_left(&s, gid).await {
+                tracing::info!(gid, error = %e.one_line(), "could not check for migrations left paused");
             }
         }
         let group = match self.listed {

@@ -375,6 +375,12 @@ impl Dashboard {
         self.put_ok("slots/action/create-range", &[&beg.to_string(), &end.to_string(), &gid.to_string()], None).await
     }
 
+    /// Pauses (`true`) or resumes the migration executor (`slots/action/disabled`): paused, it starts no batch and
+    /// takes up no pending action; a batch on the wire finishes. Kept in the dashboard's memory only.
+    pub async fn slot_actions_disabled(&self, disabled: bool) -> Result<(), Error> {
+        self.put_ok("slots/action/disabled", &[flag(disabled)], None).await
+    }
+
     /// Cancels the pending migration of slot `sid` (only pending actions can be cancelled).
     pub async fn slot_action_remove(&self, sid: u32) -> Result<(), Error> {
         self.put_ok("slots/action/remove", &[&sid.to_string()], None).await

@@ -405,7 +405,13 @@ struct Prepared {
 async fn prepare(s: &Session<'_>, shard: &str, remaining: &[String]) -> Result<Option<Prepared>> {
     let etcd = s.etcd()?;
     let prefix = s.prefix();
-    let stats = s.stats().await?;
+    let mut stats = s.stats().await?;
+    // Migrations paused for a promote resume within moments: wait, as for any batch, instead of refusing.
+    while crate::steps::pause::paused_for_promote(s, &stats).await {
+        s.ctx.budget.check(|| "drain waiting: migrations are paused for a promote".to_owned())?;
+        tokio::time::sleep(s.ctx.budget.cap(cluster::POLL)).await;
+        stats = s.stats().await?;
+    }
     let reserved = cluster::reservations(etcd, &prefix).await?;
     let Some(gid) = leaving_group(&stats, shard, &reserved) else {
         // Already removed (or never registered): only etcd records of a run that crashed at the very end may be left.

@@ -2,12 +2,13 @@
 //! cluster's topology lock ([`cluster`]), registering shards ([`register`]), moving slots toward a topology
 //! ([`rebalance`]), draining a leaving shard ([`drain`]), fenced master transfers ([`transfer`]) with the group's
 //! writes held at the proxies while a planned one promotes ([`hold`]), the records of failovers ([`failover`]),
-//! and the removal of proxies gone for good ([`proxies`]).
+//! the migration executor paused for a promote ([`pause`]) and the removal of proxies gone for good ([`proxies`]).
 
 pub mod cluster;
 pub mod drain;
 pub mod failover;
 pub mod hold;
+pub mod pause;
 pub mod proxies;
 pub mod rebalance;
 pub mod register;

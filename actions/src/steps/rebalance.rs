@@ -402,7 +402,8 @@ async fn wait(s: &Session<'_>, what: &str, own: Own, deferred: &BTreeSet<u32>, p
             // Nothing migrates, yet the run's group is not done: a new step is needed.
             return Ok(done);
         }
-        if stats.slot_action.disabled {
+        // Paused for a promote, they resume within moments: wait as for any batch.
+        if stats.slot_action.disabled && !crate::steps::pause::paused_for_promote(s, &stats).await {
             return Err(Refusal::ActionsDisabled { what: what.to_owned(), busy, at_start }.into());
         }
         if s.ctx.budget.expired() {

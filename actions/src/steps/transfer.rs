@@ -1108,6 +1108,22 @@ pub(crate) async fn catch_up(s: &Session<'_>, master: &str, to: &str, within: u6
 /// `group/promote` of `to`, retried with the same address while the outcome is unknown or the promote is still in
 /// progress; done when Codis lists `to` at index 0 with no promote left.
 pub(crate) async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
+    let mut paused = None;
+    let result = promote_pausing(s, gid, to, &mut paused).await;
+    // Also a pause an earlier run of this group's transfer left when it stopped (this one holds the group's lock).
+    if paused == Some(true) || crate::steps::pause::recorded(s, gid).await {
+        crate::steps::pause::resume(s, gid).await;
+    }
+    result
+}
+
+/// How soon a promote refused for a migration batch on the wire is sent again once the executor is paused: the
+/// batch ends within moments and no other starts.
+const PAUSED_POLL: Duration = Duration::from_millis(10);
+
+/// [`promote`]'s loop; pauses the migration executor when Codis refuses for a batch on the wire, and says in
+/// `paused` whether it did (`Some(false)`: an operator had paused it) for the caller to resume it whatever happens.
+async fn promote_pausing(s: &Session<'_>, gid: u32, to: &str, paused: &mut Option<bool>) -> Result<()> {
     loop {
         let err = s.dashboard.group_promote(gid, to).await.err();
         let stats = s.stats().await?;
@@ -1116,6 +1132,7 @@ pub(crate) async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
         if done {
             return Ok(());
         }
+        let mut pause = POLL;
         match err {
             Some(e) if group.is_promoting() && !promoting_target(group)?.eq_ignore_ascii_case(to) => {
                 // Someone else's promote: the caller's loop resumes that one instead.
@@ -1123,6 +1140,21 @@ pub(crate) async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
                 return Ok(());
             }
             Some(e) if e.is_master_already() => return Ok(()),
+            // A batch on the wire: pause the executor so that no other follows it (large slots migrate batch after
+            // batch with no gap), then try again as soon as it ends.
+            Some(e) if e.is_migration_running() => {
+                if paused.is_none() {
+                    tracing::info!(gid, to, error = %e, "promote refused while a migration batch runs: pausing the migrations");
+                    // Failing, it is tried again at the next refusal, sent after the usual pause.
+                    match crate::steps::pause::pause(s, &stats, gid).await {
+                        Ok(done) => *paused = Some(done),
+                        Err(e) => tracing::warn!(gid, error = %e.one_line(), "could not pause the migrations"),
+                    }
+                }
+                if paused.is_some() {
+                    pause = PAUSED_POLL;
+                }
+            }
             Some(e)
                 if e.cause().is_some() && !group.is_promoting() && !(e.is_migration_running() || e.is_promoting()) =>
             {
@@ -1132,8 +1164,7 @@ pub(crate) async fn promote(s: &Session<'_>, gid: u32, to: &str) -> Result<()> {
             None => tracing::debug!(gid, to, "promote answered but codis has not settled yet"),
         }
         s.ctx.budget.check(|| format!("promoting {to} in group {gid}: codis has not finished the promote"))?;
-        // Codis refuses a promote only while a migration batch is on the wire: the next gap comes soon.
-        tokio::time::sleep(s.ctx.budget.cap(POLL)).await;
+        tokio::time::sleep(s.ctx.budget.cap(pause)).await;
     }
 }
 

@@ -317,6 +317,11 @@ pub struct Group {
     pub id: u32,
     /// Its servers in Codis' order: the master first.
     pub servers: Vec<String>,
+    /// What the fork's health checks last recorded of each server, in the same order: `(role, state)` (state 0
+    /// normal, 1 subjectively offline, 2 offline).
+    pub health: Vec<(String, u64)>,
+    /// The fork's `out_of_sync` flag.
+    pub out_of_sync: bool,
 }
 
 impl Group {
@@ -338,6 +343,8 @@ pub struct Topology {
     pub migrating: usize,
     /// Registered proxies as `(token, admin address)`, by id.
     pub proxies: Vec<(String, String)>,
+    /// Whether the migration executor is paused (`slot_action.disabled`).
+    pub actions_disabled: bool,
 }
 
 impl Topology {
@@ -354,15 +361,22 @@ impl Topology {
             .map(|models| {
                 models
                     .iter()
-                    .map(|g| Group {
-                        id: g.get("id").and_then(Value::as_u64).unwrap_or(0) as u32,
-                        servers: g
-                            .get("servers")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|s| s.get("server").and_then(Value::as_str).map(str::to_owned))
-                            .collect(),
+                    .map(|g| {
+                        let servers = g.get("servers").and_then(Value::as_array).into_iter().flatten();
+                        Group {
+                            id: g.get("id").and_then(Value::as_u64).unwrap_or(0) as u32,
+                            servers: servers
+                                .clone()
+                                .filter_map(|s| s.get("server").and_then(Value::as_str).map(str::to_owned))
+                                .collect(),
+                            health: servers
+                                .map(|s| {
+                                    let role = s.get("role").and_then(Value::as_str).unwrap_or_default().to_owned();
+                                    (role, s.get("state").and_then(Value::as_u64).unwrap_or(0))
+                                })
+                                .collect(),
+                            out_of_sync: g.get("out_of_sync").and_then(Value::as_bool).unwrap_or(false),
+                        }
                     })
                     .collect()
             })
@@ -388,7 +402,8 @@ impl Topology {
                 (field("token"), field("admin_addr"))
             })
             .collect();
-        Ok(Self { groups, slots, migrating, proxies })
+        let actions_disabled = stats.pointer("/slot_action/disabled").and_then(Value::as_bool).unwrap_or(false);
+        Ok(Self { groups, slots, migrating, proxies, actions_disabled })
     }
 
     /// The group listing `server`.
