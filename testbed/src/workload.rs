@@ -321,9 +321,29 @@ impl Ledger {
             }
         };
         for chunk in keys.chunks(100) {
-            match client.mget(chunk.iter().map(|(k, _)| k.as_str())) {
-                Ok(found) => out.judge(chunk, found),
-                Err(e) => out.errors.push(format!("MGET through {addr}: {e}")),
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match client.mget(chunk.iter().map(|(k, _)| k.as_str())) {
+                    Ok(found) => out.judge(chunk, found),
+                    // A reply that came late would be read as the next request's: that connection is done. Tried
+                    // once more on a new one.
+                    Err(e) => match Client::connect(addr, Duration::from_secs(10), auth) {
+                        Ok(fresh) if tries < 2 => {
+                            client = fresh;
+                            continue;
+                        }
+                        Ok(fresh) => {
+                            client = fresh;
+                            out.errors.push(format!("MGET through {addr}: {e}"));
+                        }
+                        Err(again) => {
+                            out.errors.push(format!("MGET through {addr}: {e}; connect again: {again}"));
+                            return out;
+                        }
+                    },
+                }
+                break;
             }
         }
         out
