@@ -9,10 +9,13 @@
 //!    that cannot confirm its lease stops acting at once, and every promote checks the lease right before it is
 //!    sent ([`transfer::move_master`]), so a watcher that lost its lease never acts.
 //! 2. **Detection** ([`Detector`]). The leader probes each group's master (Codis's `servers[0]`) with `INFO
-//!    replication` every `WATCH_PROBE_INTERVAL_MS` over a kept connection, each probe waiting up to
-//!    `FAILOVER_DETECTION_MS`. A master whose every probe failed for that long is dead; one that answers, however
-//!    slowly, within it is not. A split's alias listed as a group's master that answers as a replica counts as
-//!    failing too: its donor's master was handed over meanwhile, and the split's slots go to a pika refusing writes.
+//!    replication` every `WATCH_PROBE_INTERVAL_MS` over a kept connection, each probe waiting up to half of
+//!    `FAILOVER_DETECTION_MS` (a failed probe's connection is dropped, so the next one dials anew: a connection pika
+//!    dropped without a reset fails one probe, never the master). A master whose every probe failed for the
+//!    detection time is dead; one that answers within the probe deadline is not. A master new to its group starts
+//!    with a clean record, so a probe sent before its promotion never fails it back. A split's alias listed as a
+//!    group's master that answers as a replica counts as failing too: its donor's master was handed over meanwhile,
+//!    and the split's slots go to a pika refusing writes.
 //! 3. **Failover.** For a dead master of a group with replicas: take the group's transfer lock (never the topology
 //!    lock, which a drain may hold while it waits on this very group), then the fenced, unplanned transfer of
 //!    [`transfer`]: the most advanced replica that completed a sync is fenced in etcd, promoted through Codis
@@ -35,7 +38,7 @@
 //!    inside the promote of the next switchover to it, with writes held.
 //! 6. **Proxies gone for good.** Codis pushes every promote and slot change to every registered proxy and fails when
 //!    one does not answer, and a proxy whose pod died without its preStop stays registered for ever. Every proxy is
-//!    probed at its admin API like a master (which token answers there, within the detection time); one that failed
+//!    probed at its admin API like a master (which token answers there, within the probe deadline); one that failed
 //!    every probe for the detection time is judged ([`crate::plan::proxies`]) and, when the dashboard cannot reach
 //!    it either and its process is known gone (another token answers at its address, or the Kubernetes API says its
 //!    pod is gone or runs no proxy container), removed with Codis's force removal, logged and announced. A failover
@@ -599,6 +602,7 @@ impl<'a> Leader<'a> {
                 return;
             }
         };
+        let before: BTreeMap<u32, String> = self.groups.iter().map(|(gid, g)| (*gid, g.master.clone())).collect();
         self.groups = models
             .iter()
             .filter_map(|g| {
@@ -621,7 +625,17 @@ impl<'a> Leader<'a> {
         });
         let watched: Vec<String> =
             self.groups.values().map(|g| g.master.clone()).chain(self.deposed.keys().cloned()).collect();
+        let known: BTreeSet<String> = self.detector.servers().map(str::to_owned).collect();
+        for server in watched.iter().filter(|s| !known.contains(*s)) {
+            tracing::info!(server = %server, "probing a master");
+        }
         self.detector.watch(watched);
+        // A master new to its group starts with a clean record: no probe it failed as something else counts.
+        for (gid, view) in &self.groups {
+            if before.get(gid).is_some_and(|m| *m != view.master) {
+                self.detector.restart(&view.master);
+            }
+        }
         let watched: BTreeSet<String> = self.detector.servers().map(str::to_owned).collect();
         self.conns.retain(|s, _| watched.contains(s));
         let replicas: BTreeSet<String> =
@@ -658,7 +672,8 @@ impl<'a> Leader<'a> {
         }
     }
 
-    /// `INFO replication` of `server` over `conn` (or a new connection), within the detection time.
+    /// `INFO replication` of `server` over `conn` (or a new connection), within the probe deadline (half the
+    /// detection time): a connection the server dropped without a reset fails this probe, not the server.
     fn timed_probe(
         &self,
         server: &str,
@@ -666,7 +681,7 @@ impl<'a> Leader<'a> {
     ) -> impl std::future::Future<Output = std::result::Result<(Pika, Replication), String>> + Send + 'static {
         let dial = pika::dial_address(server, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
         let password = self.ctx.secrets.pika_password.clone();
-        let timeout = self.settings.detection;
+        let timeout = self.detector.deadline();
         async move {
             tokio::time::timeout(timeout, probe(conn, dial, password, timeout))
                 .await
@@ -737,8 +752,8 @@ impl<'a> Leader<'a> {
         }
     }
 
-    /// Asks every registered proxy due for a probe which token answers at its admin address, within the detection
-    /// time.
+    /// Asks every registered proxy due for a probe which token answers at its admin address, within the probe
+    /// deadline.
     fn start_proxy_probes(&mut self, probes: &mut JoinSet<ProxyProbeDone>) {
         let now = Instant::now();
         for token in self.proxy_detector.due(now) {
@@ -746,7 +761,7 @@ impl<'a> Leader<'a> {
             let at = pika::dial_address(&health.proxy.admin_addr, &self.ctx_common().pika.overrides)
                 .map_err(|e| e.to_string());
             let dashboard = self.dashboard.clone();
-            let timeout = self.settings.detection;
+            let timeout = self.proxy_detector.deadline();
             probes.spawn(async move {
                 let answer = match at {
                     Ok(at) => match tokio::time::timeout(timeout, dashboard.proxy_token_at(&at)).await {
@@ -878,6 +893,9 @@ impl<'a> Leader<'a> {
                         if let Some(view) = self.groups.get_mut(&gid) {
                             view.master = record.to.to_ascii_lowercase();
                         }
+                        // Watched from the next read of Codis, with a clean record: a probe it failed before its
+                        // promotion (a replica busy with the handover) must not fail it back.
+                        self.detector.restart(&record.to);
                     }
                     Ok(None) => {
                         self.retry.remove(&gid);

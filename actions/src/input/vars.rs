@@ -309,7 +309,8 @@ group!(
     /// The failover watcher's settings.
     WatchVars ("Failover watcher") {
         /// how long a master must fail every probe (no answer, refused, timed out) before it is failed over, in
-        /// milliseconds; a master that answers within this, however slowly, is never failed over [default: 2000]
+        /// milliseconds; a master answering every probe within half of this (the probe deadline) is never failed
+        /// over [default: 2000]
         failover_detection_ms => FAILOVER_DETECTION_MS;
         /// how often each group's master is probed (`INFO replication`), in milliseconds [default: 500]
         watch_probe_interval_ms => WATCH_PROBE_INTERVAL_MS;

@@ -2,10 +2,12 @@
 //! they returned, so that it can be tested against any schedule of answers without a server or a clock.
 //!
 //! The rule: a server is **dead** once every probe sent to it for [`Detector::detection`] has failed — no answer
-//! within that time, a refused connection, a reset — counted from the first probe of the current run of failures.
-//! Each probe waits up to the detection time itself, so a server that answers every probe, however slowly, within
-//! that time is never dead; one that stops answering is dead `detection` after the first probe it left unanswered,
-//! plus at most one probe interval for that probe to be sent.
+//! within the probe deadline, a refused connection, a reset — counted from the first probe of the current run of
+//! failures. A probe waits up to [`Detector::deadline`], half the detection time, so that a probe hung on a
+//! connection the server dropped without a reset fails in time for another, on a new connection, to answer before
+//! the server would be judged dead. A server that answers every probe within the deadline is never dead; one that
+//! stops answering is dead `detection` after the first probe it left unanswered, plus at most one probe interval for
+//! that probe to be sent.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -49,10 +51,25 @@ impl Detector {
         Self { detection, interval, tracks: BTreeMap::new() }
     }
 
-    /// The detection time, which is also the timeout of one probe.
+    /// The detection time.
     #[must_use]
     pub fn detection(&self) -> Duration {
         self.detection
+    }
+
+    /// How long one probe may wait, connecting included: half the detection time, so that a server is never judged
+    /// dead on one probe alone (the next is sent on a new connection, at most one interval later).
+    #[must_use]
+    pub fn deadline(&self) -> Duration {
+        self.detection / 2
+    }
+
+    /// Starts `server`'s record afresh, as when it has just become a master: its failures so far, and the outcome of
+    /// the probe in flight (sent before), no longer count.
+    pub fn restart(&mut self, server: &str) {
+        if let Some(t) = self.tracks.get_mut(&server.to_ascii_lowercase()) {
+            *t = Track { last_sent: t.last_sent, ..Track::default() };
+        }
     }
 
     /// Watches exactly `servers` from now on: new ones start with a clean record, the others are forgotten.
@@ -89,14 +106,15 @@ impl Detector {
     /// Records the outcome of the probe of `server` sent at `sent`, known at `now`. An outcome for a server no longer
     /// watched, or for a probe other than the one in flight, is ignored.
     pub fn report(&mut self, server: &str, sent: Instant, outcome: Result<(), String>, now: Instant) {
+        let deadline = self.deadline();
         let Some(t) = self.tracks.get_mut(&server.to_ascii_lowercase()) else { return };
         if t.in_flight != Some(sent) {
             return;
         }
         t.in_flight = None;
         match outcome {
-            // A late answer proves the server answers: within the detection time (the probe's timeout) it is alive.
-            Ok(()) if now.saturating_duration_since(sent) <= self.detection => {
+            // An answer within the deadline (the probe's timeout) proves the server alive.
+            Ok(()) if now.saturating_duration_since(sent) <= deadline => {
                 t.failing_since = None;
                 t.last_error = None;
             }
@@ -117,14 +135,14 @@ impl Detector {
         self.tracks.get(&server.to_ascii_lowercase()).is_some_and(|t| t.failing_since.is_some())
     }
 
-    /// The servers dead at `now`. A probe still in flight past the detection time counts as failed from when it was
-    /// sent (its own timeout reports it a moment later).
+    /// The servers dead at `now`. A probe still in flight past its deadline counts as failed from when it was sent
+    /// (its own timeout reports it a moment later).
     #[must_use]
     pub fn dead(&self, now: Instant) -> Vec<Verdict> {
         self.tracks
             .iter()
             .filter_map(|(server, t)| {
-                let overdue = t.in_flight.filter(|sent| now.saturating_duration_since(*sent) >= self.detection);
+                let overdue = t.in_flight.filter(|sent| now.saturating_duration_since(*sent) >= self.deadline());
                 let since = match (t.failing_since, overdue) {
                     (Some(f), _) => f,
                     (None, Some(sent)) => sent,
@@ -179,10 +197,11 @@ mod tests {
                 return Some(t);
             }
             for _ in d.due(now) {
-                let (took, ok) = answer(t).unwrap_or((detection, false));
-                // A probe never waits longer than the detection time.
-                let took = took.min(detection);
-                pending.push((now, now + took, ok && took < detection));
+                let deadline = d.deadline();
+                let (took, ok) = answer(t).unwrap_or((deadline, false));
+                // A probe never waits longer than its deadline.
+                let took = took.min(deadline);
+                pending.push((now, now + took, ok && took < deadline));
             }
             t += ms(10);
         }
@@ -205,8 +224,34 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_server_below_the_threshold_is_never_dead() {
-        assert_eq!(run(ms(2000), ms(500), ms(20_000), |_| Some((ms(1900), true))), None);
+    fn a_slow_server_within_the_deadline_is_never_dead_and_one_beyond_it_is() {
+        assert_eq!(run(ms(2000), ms(500), ms(20_000), |_| Some((ms(900), true))), None);
+        assert!(run(ms(2000), ms(500), ms(20_000), |_| Some((ms(1100), true))).is_some());
+    }
+
+    #[test]
+    fn a_probe_hung_on_a_dropped_connection_between_answers_is_not_a_death() {
+        // The probe sent at 1 s never answers (the server dropped its connection without a reset); the next one,
+        // on a new connection, answers at once. A probe waiting the whole detection time would make this a death.
+        let hung = |t: Duration| (ms(1000)..ms(1010)).contains(&t);
+        assert_eq!(run(ms(2000), ms(500), ms(20_000), |t| if hung(t) { None } else { Some((ms(1), true)) }), None);
+    }
+
+    #[test]
+    fn a_restarted_record_ignores_the_failures_and_the_probe_in_flight_from_before() {
+        let now = Instant::now();
+        let mut d = Detector::new(ms(100), ms(10));
+        d.watch([S.to_owned()]);
+        let first = d.due(now);
+        assert_eq!(first, [S.to_owned()]);
+        d.report(S, now, Err("refused".into()), now + ms(1));
+        let stale = now + ms(10);
+        assert_eq!(d.due(stale), [S.to_owned()]);
+        d.restart(S);
+        assert!(!d.is_failing(S) && d.dead(now + ms(200)).is_empty(), "failures from before the restart counted");
+        d.report(S, stale, Err("no answer".into()), now + ms(60));
+        assert!(!d.is_failing(S), "the probe sent before the restart counted");
+        assert_eq!(d.due(now + ms(20)), [S.to_owned()], "not probed again after the restart");
     }
 
     #[test]
@@ -233,9 +278,9 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the latencies, a server whose every answer comes within the detection time is never dead.
+        /// Whatever the latencies, a server whose every answer comes within the probe deadline is never dead.
         #[test]
-        fn answers_within_the_detection_time_are_never_a_death(
+        fn answers_within_the_deadline_are_never_a_death(
             detection in 200u64..3000,
             interval_share in 1u64..90,
             latencies in proptest::collection::vec(0u64..1000, 1..50),
@@ -244,8 +289,8 @@ mod tests {
             let interval = detection * u32::try_from(interval_share).unwrap() / 100;
             let found = run(detection, interval.max(ms(10)), ms(15_000), |t| {
                 let i = usize::try_from(t.as_millis()).unwrap() % latencies.len();
-                // Scaled into [0, detection).
-                Some((detection * u32::try_from(latencies[i]).unwrap() / 1001, true))
+                // Scaled into [0, deadline).
+                Some((detection / 2 * u32::try_from(latencies[i]).unwrap() / 1001, true))
             });
             prop_assert_eq!(found, None);
         }

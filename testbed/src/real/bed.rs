@@ -215,6 +215,34 @@ impl RealBed {
         self.restart_proxy(index);
     }
 
+    /// Strands the connections processes of the root namespace (the watcher, the actions) hold to pod `ordinal` of
+    /// shard `index`: they hang with no reset, as after a middlebox dropped them; new connections work
+    /// ([`Network::strand_node_connections`]).
+    ///
+    /// # Panics
+    /// When iproute2 refuses.
+    pub fn strand_connections_to(&self, index: usize, ordinal: u32) {
+        let net = &self.shards[index].pod(ordinal).net;
+        self.network.strand_node_connections(net).unwrap_or_else(|e| panic!("strand connections to {}: {e}", net.ns));
+    }
+
+    /// How many connections the root namespace holds established to pod `ordinal` of shard `index`'s pika port, from
+    /// the node address (those [`RealBed::strand_connections_to`] would strand).
+    #[must_use]
+    pub fn node_connections_to(&self, index: usize, ordinal: u32) -> usize {
+        let pod = self.shards[index].pod(ordinal);
+        let to = pod.addr();
+        let from = format!("{}:", self.network.node());
+        let out = std::process::Command::new("ss").args(["-Htn", "state", "established"]).output().expect("run ss");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() >= 4 && cols[2].starts_with(&from) && cols[3] == to
+            })
+            .count()
+    }
+
     /// Adds a shard of `pods` pods (started) and returns its index.
     ///
     /// # Panics

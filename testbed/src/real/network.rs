@@ -266,6 +266,23 @@ impl Network {
         ip(&["link", "add", &one, "type", "veth", "peer", "name", &other])
     }
 
+    /// Strands the connections the root namespace holds to `pod` now, as a middlebox that dropped them would: they
+    /// hang from here on, with no reset either way, while new ones work. New connections from the root namespace to
+    /// the pod leave from a second node address (`.250`); the pod blackholes its packets to the first.
+    ///
+    /// # Errors
+    /// When iproute2 refuses.
+    pub fn strand_node_connections(&self, pod: &PodNet) -> Result<(), String> {
+        let second = Ipv4Addr::new(PREFIX[0], PREFIX[1], self.n, 250);
+        if !ip_output(&["-o", "addr", "show", "dev", &self.bridge()]).contains(&format!("{second}/")) {
+            ip(&["addr", "add", &format!("{second}/24"), "dev", &self.bridge()])?;
+        }
+        let bridge = self.bridge();
+        let (to, from) = (format!("{}/32", pod.addr), second.to_string());
+        ip(&["route", "replace", &to, "dev", &bridge, "src", &from])?;
+        ip(&["-n", &pod.ns, "route", "replace", "blackhole", &format!("{}/32", self.node())])
+    }
+
     /// Adds `name` → `addr` to the bed's hosts file (rewritten in place: the bind mounts see the same file).
     ///
     /// # Errors

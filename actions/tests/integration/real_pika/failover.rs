@@ -237,3 +237,55 @@ fn after_a_failover_and_the_old_masters_return_the_forks_health_checks_agree_wit
     assert_eq!(out.status.code(), Some(0), "topology finds a disagreement: {}", crate::support::describe(&out));
     assert_kept(&bed, 0, preloaded, "preloaded keys lost");
 }
+
+/// A connection dropped without a reset (a middlebox's idle timeout, a conntrack table flushed) hangs whatever is
+/// sent on it. A master is killed and failed over; then every connection the watcher holds to the new master is
+/// stranded that way, new ones still working. The watcher's probe on its kept connection must fail that probe alone
+/// (it waits half the detection time, then dials anew), not the master: no second failover, and the new master
+/// keeps serving. A probe waiting the whole detection time would fail the live master over to the other replica.
+#[test]
+fn a_probe_hung_on_a_dropped_connection_fails_no_master_over_a_second_time() {
+    let mut bed = bed(1, 3, Line::V1_1, 1);
+    create(&bed);
+    let preloaded = preload(&bed, "hung");
+    let watcher = bed.start_watcher();
+    let first = bed.master_ordinal(0);
+    bed.shards[0].pod_mut(first).kill();
+    let promoted = failed_over(&bed, first, &watcher);
+    let server = bed.shards[0].pod(promoted).server().to_ascii_lowercase();
+    let probed = || watcher.log().lines().any(|l| l.contains("probing a master") && l.contains(&server));
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(20), probed),
+        "the watcher never probed the new master:\n{}",
+        watcher.log()
+    );
+    // A few probes over the connection it keeps.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(bed.node_connections_to(0, promoted) > 0, "the watcher holds no connection to the new master");
+    let during = writer(&bed, "hung:w");
+    bed.strand_connections_to(0, promoted);
+
+    let answered_again = || watcher.log().lines().any(|l| l.contains("answers again") && l.contains(&server));
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(20), answered_again),
+        "the probe on the stranded connection never failed, or no new connection answered:\n{}",
+        watcher.log()
+    );
+    // Three detection times more, probed every 500 ms on the new connection.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(bed.master_ordinal(0), promoted, "the new master was failed over again:\n{}", watcher.log());
+    let log = watcher.log();
+    assert_eq!(log.matches("failover done").count(), 1, "more than one failover:\n{log}");
+    let judged = log.lines().any(|l| l.contains("master gone") && l.contains(&format!("master={server}")));
+    assert!(!judged, "the live new master was judged gone:\n{log}");
+    let acked = during.acked();
+    assert!(
+        during.wait_for_acked(acked + 50, Duration::from_secs(30)),
+        "no write through the proxy after the stranding:\n{}",
+        watcher.log()
+    );
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+    let during = during.stop();
+    let check = during.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(check.is_clean(), "writes after the failover: {}", check.summary());
+}
