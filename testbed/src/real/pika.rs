@@ -199,6 +199,11 @@ impl PikaPod {
         }
     }
 
+    /// SIGKILL from a shared borrow (another thread drives the bed meanwhile); [`PikaPod::kill`] reaps it later.
+    pub fn crash(&self) {
+        self.signal("-KILL");
+    }
+
     /// SIGKILL: what a crashed pod looks like. Its volume stays.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
