@@ -26,6 +26,13 @@ impl PortLease {
         free.then(|| Self(port))
     }
 
+    /// A port chosen outside the kernel's ephemeral range on an address of the caller's own (the real bed's node
+    /// address), which nothing else binds: nothing to lease. Leased ports are all from the ephemeral range, so
+    /// dropping this one releases none of them.
+    pub(crate) fn fixed(port: u16) -> Self {
+        Self(port)
+    }
+
     /// A port the kernel picks, leased; the listener that found it closes, for the owner's server to bind.
     fn take() -> Self {
         for _ in 0..1000 {
@@ -401,11 +408,26 @@ impl EtcdServer {
     /// When etcd cannot be started.
     #[must_use]
     pub fn start_at(host: std::net::Ipv4Addr) -> Self {
+        Self::start_with(host, PortLease::take)
+    }
+
+    /// Starts etcd listening on `host`, an address of this process's own (the real bed's node address), at ports
+    /// `port` hands out (below the kernel's ephemeral range: a port picked from it may be the local port of an
+    /// outgoing connection from `host` by the time etcd binds it), and waits until it serves.
+    ///
+    /// # Panics
+    /// When etcd cannot be started.
+    #[must_use]
+    pub fn start_on(host: std::net::Ipv4Addr, mut port: impl FnMut() -> u16) -> Self {
+        Self::start_with(host, || PortLease::fixed(port()))
+    }
+
+    fn start_with(host: std::net::Ipv4Addr, mut lease: impl FnMut() -> PortLease) -> Self {
         for _ in 0..5 {
             let mut server = Self {
                 host,
-                client_port: PortLease::take(),
-                peer_port: PortLease::take(),
+                client_port: lease(),
+                peer_port: lease(),
                 dir: tempfile::tempdir().expect("temp dir"),
                 child: None,
             };

@@ -59,7 +59,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::budget::Budget;
-use crate::clients::codis::{Dashboard, Group, ProxyHealth};
+use crate::clients::codis::{Dashboard, Group};
 use crate::clients::etcd::{self, Etcd, LockGuard};
 use crate::clients::kube::ObjectRef;
 use crate::clients::pika::{self, Pika, Replication};
@@ -308,9 +308,9 @@ struct Leader<'a> {
     /// When each replica copied in full and not re-linked since was first seen trying to link, since it last was not.
     connecting_since: BTreeMap<String, Instant>,
     no_replica_warned: BTreeSet<u32>,
-    /// Registered proxies by token, with the dashboard's last word on each; probed at their admin API like masters
-    /// (a proxy gone without its preStop stays registered, and every promote waits for it).
-    proxies: BTreeMap<String, ProxyHealth>,
+    /// The admin address of each registered proxy, by token; probed there like masters (a proxy gone without its
+    /// preStop stays registered, and every promote waits for it). The judgement reads the dashboard's word afresh.
+    proxies: BTreeMap<String, String>,
     proxy_detector: Detector,
     /// Proxies whose address last answered under another token, those being judged now, and when one kept may be
     /// judged again.
@@ -641,7 +641,7 @@ impl<'a> Leader<'a> {
         let replicas: BTreeSet<String> =
             models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
         self.sweep_conns.retain(|s, _| replicas.contains(s));
-        self.proxies = proxies.into_iter().map(|p| (p.proxy.token.clone(), p)).collect();
+        self.proxies = proxies.into_iter().map(|p| (p.proxy.token, p.proxy.admin_addr)).collect();
         self.proxy_detector.watch(self.proxies.keys().cloned());
         let listed = |token: &String| self.proxies.contains_key(token);
         self.replaced_proxies.retain(listed);
@@ -757,9 +757,8 @@ impl<'a> Leader<'a> {
     fn start_proxy_probes(&mut self, probes: &mut JoinSet<ProxyProbeDone>) {
         let now = Instant::now();
         for token in self.proxy_detector.due(now) {
-            let Some(health) = self.proxies.get(&token) else { continue };
-            let at = pika::dial_address(&health.proxy.admin_addr, &self.ctx_common().pika.overrides)
-                .map_err(|e| e.to_string());
+            let Some(admin_addr) = self.proxies.get(&token) else { continue };
+            let at = pika::dial_address(admin_addr, &self.ctx_common().pika.overrides).map_err(|e| e.to_string());
             let dashboard = self.dashboard.clone();
             let timeout = self.proxy_detector.deadline();
             probes.spawn(async move {
@@ -803,7 +802,7 @@ impl<'a> Leader<'a> {
             if self.judging_proxies.contains(&token) || self.judge_proxy_after.get(&token).is_some_and(|at| now < *at) {
                 continue;
             }
-            let Some(health) = self.proxies.get(&token) else { continue };
+            let Some(admin_addr) = self.proxies.get(&token).cloned() else { continue };
             self.judging_proxies.insert(token.clone());
             let job = ProxyJob {
                 ctx: Arc::clone(self.ctx),
@@ -811,7 +810,7 @@ impl<'a> Leader<'a> {
                 etcd: self.etcd.clone(),
                 lease: Arc::clone(&self.lease),
                 token: token.clone(),
-                admin_addr: health.proxy.admin_addr.clone(),
+                admin_addr,
                 replaced: self.replaced_proxies.contains(&token),
                 why: format!("no answer for {} ms ({error})", now.saturating_duration_since(since).as_millis()),
                 kube_api: self.settings.kube_api.clone(),
@@ -975,6 +974,12 @@ async fn probe(
     Ok((conn, info))
 }
 
+/// Records `line` as a warning Event on the watched Cluster, when an API is reachable ([`failover::announce`]).
+async fn warn_on_cluster(kube_api: Option<&str>, common: &Common, reason: &str, line: &str) {
+    let cluster = ObjectRef::cluster(&common.cluster.name);
+    failover::announce(kube_api, &common.cluster.namespace, &cluster, reason, line, true).await;
+}
+
 /// A fresh context for one job: the run's own budget (`ACTION_BUDGET_SECONDS`) starts now.
 fn job_context(base: &Context) -> Context {
     Context { budget: Budget::new(base.event.budget_seconds()), ..base.clone() }
@@ -1020,15 +1025,7 @@ impl FailoverJob {
         let line = record.describe();
         tracing::warn!(gid, from = %record.from, to = %record.to, took_ms = record.took_ms, "failover done: {line}");
         failover::store(&self.etcd, &self.prefix, &record).await;
-        failover::announce(
-            self.kube_api.as_deref(),
-            &common.cluster.namespace,
-            &ObjectRef::cluster(&common.cluster.name),
-            failover::REASON_FAILOVER,
-            &line,
-            true,
-        )
-        .await;
+        warn_on_cluster(self.kube_api.as_deref(), common, failover::REASON_FAILOVER, &line).await;
         Ok(Some(record))
     }
 
@@ -1171,15 +1168,7 @@ impl ProxyJob {
                 self.admin_addr, self.token, self.why
             );
             tracing::warn!(proxy = %self.admin_addr, token = %self.token, "proxy gone: removed: {line}");
-            failover::announce(
-                self.kube_api.as_deref(),
-                &common.cluster.namespace,
-                &ObjectRef::cluster(&common.cluster.name),
-                proxies::REASON_PROXY_REMOVED,
-                &line,
-                true,
-            )
-            .await;
+            warn_on_cluster(self.kube_api.as_deref(), common, proxies::REASON_PROXY_REMOVED, &line).await;
         }
         Ok(removal)
     }

@@ -285,11 +285,8 @@ impl Dashboard {
             .models
             .into_iter()
             .map(|proxy| {
-                let unreachable = health.remove(&proxy.token).and_then(|h| match (h.error, h.timeout) {
-                    (Some(e), _) if !e.is_null() => Some(cause_of(&e)),
-                    (_, Some(true)) => Some("its stats request timed out".to_owned()),
-                    _ => None,
-                });
+                let unreachable =
+                    health.remove(&proxy.token).and_then(|h| unreachable_reason(h.error.as_ref(), h.timeout));
                 ProxyHealth { proxy, unreachable }
             })
             .collect();
@@ -666,12 +663,7 @@ impl Stats {
     pub fn unreachable_proxy(&self) -> Option<(&Proxy, String)> {
         self.proxy.models.iter().find_map(|proxy| {
             let entry = self.proxy.stats.get(&proxy.token)?;
-            let why = match (&entry.error, entry.timeout) {
-                (Some(e), _) if !e.is_null() => cause_of(e),
-                (_, Some(true)) => "its stats request timed out".to_owned(),
-                _ => return None,
-            };
-            Some((proxy, why))
+            Some((proxy, unreachable_reason(entry.error.as_ref(), entry.timeout)?))
         })
     }
 
@@ -840,6 +832,15 @@ pub struct ProxyHealth {
     pub proxy: Proxy,
     /// Why the dashboard could not reach it the last time it asked; `None` when it could, or has not asked yet.
     pub unreachable: Option<String>,
+}
+
+/// Why the dashboard could not reach a proxy, from the error and timeout of its stats entry; `None` when it could.
+fn unreachable_reason(error: Option<&Value>, timeout: Option<bool>) -> Option<String> {
+    match (error, timeout) {
+        (Some(e), _) if !e.is_null() => Some(cause_of(e)),
+        (_, Some(true)) => Some("its stats request timed out".to_owned()),
+        _ => None,
+    }
 }
 
 /// The cause Codis gives in an error object (`{"Cause": …}`), else the object itself.

@@ -1586,7 +1586,7 @@ impl Inner {
         match def.spec.service_kind.as_deref().unwrap_or_default() {
             "etcd" => {
                 let etcd = match &self.real {
-                    Some(real) => EtcdServer::start_at(real.network.node()),
+                    Some(real) => EtcdServer::start_on(real.network.node(), || real.network.node_port()),
                     None => EtcdServer::start(),
                 };
                 let mut b = lock(&self.backing);

@@ -148,7 +148,7 @@ impl RealBed {
         let network = Network::lease().unwrap_or_else(|e| panic!("real bed network: {e}"));
         let name = format!("rp{}{}", std::process::id() % 1000, BEDS.fetch_add(1, Ordering::SeqCst));
         let password = format!("bed-secret-{name}");
-        let etcd = EtcdServer::start_at(network.node());
+        let etcd = EtcdServer::start_on(network.node(), || network.node_port());
         let dashboard =
             Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &opts.dashboard_settings)
                 .unwrap_or_else(|e| panic!("{e}"));

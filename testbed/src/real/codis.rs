@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::network::Network;
 use super::{set_toml, ChartFiles, Servers};
-use crate::process::{free_port, RespConnection};
+use crate::process::RespConnection;
 
 /// A blocking `GET` of `path` at `addr` (`host:port`); the body of a 200.
 ///
@@ -103,7 +103,7 @@ impl Dashboard {
     ) -> Result<Self, String> {
         let dir = network.dir().join("dashboard");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let addr = format!("{}:{}", network.node(), free_port());
+        let addr = format!("{}:{}", network.node(), network.node_port());
         let mut toml = set_toml(&ChartFiles::rendered().dashboard_toml, "admin_addr", &format!("\"{addr}\""));
         for (key, value) in settings {
             toml = set_toml(&toml, key, value);
@@ -203,8 +203,8 @@ impl Proxy {
     ) -> Result<Self, String> {
         let dir = network.dir().join(format!("proxy-{index}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let data = format!("{}:{}", network.node(), free_port());
-        let admin = format!("{}:{}", network.node(), free_port());
+        let data = format!("{}:{}", network.node(), network.node_port());
+        let admin = format!("{}:{}", network.node(), network.node_port());
         let mut toml = set_toml(&ChartFiles::rendered().proxy_toml, "admin_addr", &format!("\"{admin}\""));
         toml = set_toml(&toml, "proxy_addr", &format!("\"{data}\""));
         for (key, value) in settings {

@@ -34,7 +34,11 @@ pub struct Network {
     namespaces: Mutex<BTreeSet<String>>,
     hosts: Mutex<Vec<(String, Ipv4Addr)>>,
     dummies: std::sync::atomic::AtomicU32,
+    next_port: std::sync::atomic::AtomicU16,
 }
+
+/// The first port [`Network::node_port`] hands out; below the kernel's ephemeral range (32768 and up by default).
+const FIRST_NODE_PORT: u16 = 21_000;
 
 /// A pod's namespace and address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +159,7 @@ impl Network {
                 namespaces: Mutex::new(BTreeSet::new()),
                 hosts: Mutex::new(Vec::new()),
                 dummies: std::sync::atomic::AtomicU32::new(0),
+                next_port: std::sync::atomic::AtomicU16::new(FIRST_NODE_PORT),
             };
             network.write_hosts()?;
             std::fs::write(network.dir.join("resolv.conf"), "").map_err(|e| e.to_string())?;
@@ -200,6 +205,19 @@ impl Network {
     #[must_use]
     pub fn node(&self) -> Ipv4Addr {
         Ipv4Addr::new(PREFIX[0], PREFIX[1], self.n, 1)
+    }
+
+    /// A port for a server of the root namespace to listen on at [`Network::node`], not handed out before. The node
+    /// address is this bed's alone, and the port is below the kernel's ephemeral range, so no other bed's server and
+    /// no outgoing connection from the node address (the actions', the watcher's, to the pods) can hold it; a port
+    /// picked from the ephemeral range sometimes was by the time the server bound it ("address already in use").
+    ///
+    /// # Panics
+    /// After 2,000 ports.
+    pub fn node_port(&self) -> u16 {
+        let n = self.next_port.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(n < FIRST_NODE_PORT + 2000, "the bed ran out of node ports");
+        n
     }
 
     /// The address pod namespace `slot` has (or will have).
