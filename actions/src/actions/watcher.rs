@@ -263,6 +263,7 @@ struct SweepDone {
 struct ProxyProbeDone {
     token: String,
     sent: Instant,
+    answered: Instant,
     answer: std::result::Result<String, String>,
 }
 
@@ -270,7 +271,18 @@ struct ProxyProbeDone {
 struct ProbeDone {
     server: String,
     sent: Instant,
+    /// When the answer (or the failure) came: the loop may take it up later, and its delay is not the server's.
+    answered: Instant,
     result: std::result::Result<(Pika, Replication), String>,
+}
+
+/// A read of the world in the background: the loop never waits on the dashboard or etcd, whose stalls (the fork's
+/// dashboard hangs its whole API for most of a minute while it removes a proxy that accepts connections and never
+/// answers) would otherwise hold back the probes' results until they look like a dead master.
+struct Refreshed {
+    lease_held: bool,
+    watched: std::result::Result<crate::clients::codis::Watched, String>,
+    relinks: Option<BTreeMap<String, RelinkMark>>,
 }
 
 /// The leader's state.
@@ -370,38 +382,19 @@ impl<'a> Leader<'a> {
         let mut sweeps: JoinSet<SweepDone> = JoinSet::new();
         let mut jobs: JoinSet<JobDone> = JoinSet::new();
         let mut proxy_probes: JoinSet<ProxyProbeDone> = JoinSet::new();
+        let mut refreshes: JoinSet<Refreshed> = JoinSet::new();
         let mut ticker = tokio::time::interval(self.settings.tick());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_refresh = Instant::now();
-        // A new leader checks every group at once (after the first read of Codis, in the same tick): a watcher that
-        // died after a promote left its group for the next one to converge.
-        let mut next_repair = Instant::now();
+        // A new leader checks every group at once, once it has read Codis: a watcher that died after a promote left
+        // its group for the next one to converge.
+        let mut next_repair: Option<Instant> = None;
         loop {
             tokio::select! {
+                // Results before the clock: after any pause of this loop, what the probes found is taken up before
+                // a probe still counted in flight could be judged overdue.
+                biased;
                 _ = stop.changed() => return Ok(()),
-                _ = ticker.tick() => {
-                    let now = Instant::now();
-                    if now >= next_refresh {
-                        next_refresh = now + self.settings.refresh();
-                        if !self.lease.is_held().await {
-                            tracing::warn!("the election lease is gone (etcd unreachable or expired): standing down");
-                            return Ok(());
-                        }
-                        self.refresh().await;
-                    }
-                    self.start_probes(&mut probes);
-                    self.start_proxy_probes(&mut proxy_probes);
-                    self.start_sweeps(&mut sweeps);
-                    self.start_proxy_judgements(&mut jobs, now);
-                    self.start_failovers(&mut jobs, now);
-                    if now >= next_repair {
-                        next_repair = now + REPAIR_EVERY;
-                        let gids: Vec<u32> = self.groups.keys().copied().collect();
-                        for gid in gids {
-                            self.start_repair(&mut jobs, gid, true);
-                        }
-                    }
-                }
                 Some(done) = probes.join_next(), if !probes.is_empty() => {
                     if let Ok(done) = done {
                         self.probed(done, &mut jobs).await;
@@ -427,8 +420,48 @@ impl<'a> Leader<'a> {
                         self.job_done(done);
                     }
                 }
+                Some(done) = refreshes.join_next(), if !refreshes.is_empty() => {
+                    let Ok(done) = done else { continue };
+                    if !done.lease_held {
+                        tracing::warn!("the election lease is gone (etcd unreachable or expired): standing down");
+                        return Ok(());
+                    }
+                    self.refreshed(done);
+                    next_repair.get_or_insert_with(Instant::now);
+                }
+                _ = ticker.tick() => {
+                    let now = Instant::now();
+                    if now >= next_refresh && refreshes.is_empty() {
+                        next_refresh = now + self.settings.refresh();
+                        self.start_refresh(&mut refreshes);
+                    }
+                    self.start_probes(&mut probes);
+                    self.start_proxy_probes(&mut proxy_probes);
+                    self.start_sweeps(&mut sweeps);
+                    self.start_proxy_judgements(&mut jobs, now);
+                    self.start_failovers(&mut jobs, now);
+                    if next_repair.is_some_and(|at| now >= at) {
+                        next_repair = Some(now + REPAIR_EVERY);
+                        let gids: Vec<u32> = self.groups.keys().copied().collect();
+                        for gid in gids {
+                            self.start_repair(&mut jobs, gid, true);
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Checks the lease and reads Codis and the re-link marks, in the background ([`Refreshed`]).
+    fn start_refresh(&self, refreshes: &mut JoinSet<Refreshed>) {
+        let (lease, dashboard, etcd, prefix) =
+            (Arc::clone(&self.lease), self.dashboard.clone(), self.etcd.clone(), self.prefix.clone());
+        refreshes.spawn(async move {
+            let lease_held = lease.is_held().await;
+            let watched = dashboard.watched().await.map_err(|e| e.to_string());
+            let relinks = transfer::relink_marks(&etcd, &prefix).await.ok();
+            Refreshed { lease_held, watched, relinks }
+        });
     }
 
     /// Asks every replica of every group (one question at a time each) how its data stands.
@@ -594,8 +627,12 @@ impl<'a> Leader<'a> {
         }
     }
 
-    async fn refresh(&mut self) {
-        let (models, proxies) = match self.dashboard.watched().await {
+    fn refreshed(&mut self, done: Refreshed) {
+        // Transfers mark the replicas they resync in full; this is where the leader learns of them.
+        if let Some(marks) = done.relinks {
+            self.relinks = marks;
+        }
+        let (models, proxies) = match done.watched {
             Ok(watched) => (watched.groups, watched.proxies),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read codis; probing the masters known so far");
@@ -647,10 +684,6 @@ impl<'a> Leader<'a> {
         self.replaced_proxies.retain(listed);
         self.judge_proxy_after.retain(|token, _| listed(token));
         self.kept_proxies_told.retain(listed);
-        // Transfers mark the replicas they resync in full; this is where the leader learns of them.
-        if let Ok(marks) = transfer::relink_marks(&self.etcd, &self.prefix).await {
-            self.relinks = marks;
-        }
         // The stats just read and dropped were most of what this process ever allocated.
         crate::allocator::give_back_free_memory();
     }
@@ -668,7 +701,10 @@ impl<'a> Leader<'a> {
         let now = Instant::now();
         for server in self.detector.due(now) {
             let asked = self.timed_probe(&server, self.conns.get(&server).cloned());
-            probes.spawn(async move { ProbeDone { result: asked.await, server, sent: now } });
+            probes.spawn(async move {
+                let result = asked.await;
+                ProbeDone { result, server, sent: now, answered: Instant::now() }
+            });
         }
     }
 
@@ -695,7 +731,7 @@ impl<'a> Leader<'a> {
     }
 
     async fn probed(&mut self, done: ProbeDone, jobs: &mut JoinSet<JobDone>) {
-        let now = Instant::now();
+        let now = done.answered;
         match done.result {
             // A split's alias that answers as a replica: its donor's master was handed over (by `rejoin`) while the
             // split went on, so the proxies send the split's slots to a pika that refuses writes. Nothing but a new
@@ -769,7 +805,7 @@ impl<'a> Leader<'a> {
                     },
                     Err(e) => Err(e),
                 };
-                ProxyProbeDone { token, sent: now, answer }
+                ProxyProbeDone { token, sent: now, answered: Instant::now(), answer }
             });
         }
     }
@@ -792,7 +828,7 @@ impl<'a> Leader<'a> {
                 Err(e)
             }
         };
-        self.proxy_detector.report(&done.token, done.sent, outcome, Instant::now());
+        self.proxy_detector.report(&done.token, done.sent, outcome, done.answered);
     }
 
     /// Judges each proxy that failed every probe for the detection time ([`proxies::remove_if_gone`]), at most once
@@ -846,6 +882,7 @@ impl<'a> Leader<'a> {
                 dead: server.clone(),
                 why,
                 found: since,
+                confirm: self.detector.deadline() / 2,
                 last_position: self.positions.get(&server).copied(),
                 identity: self.settings.identity.clone(),
                 kube_api: self.settings.kube_api.clone(),
@@ -995,6 +1032,8 @@ struct FailoverJob {
     dead: String,
     why: String,
     found: Instant,
+    /// How long the master may take to answer on a new connection right before the promote.
+    confirm: Duration,
     last_position: Option<BinlogPosition>,
     identity: String,
     kube_api: Option<String>,
@@ -1041,6 +1080,10 @@ impl FailoverJob {
             tracing::info!(gid, master = group.master().unwrap_or(""), "the master was already replaced");
             return Ok(None);
         }
+        if still_master && self.answers_as_master(s).await {
+            tracing::info!(gid, master = %self.dead, "the master answers on a new connection: not failing it over");
+            return Ok(None);
+        }
         let from = group.master().unwrap_or(&self.dead).to_owned();
         let t = Transfer { gid, from: from.clone(), candidate: None, rollout: None, unplanned: true };
         let outcome = transfer::move_master(s, &[&self.lease, group_lock], &t).await?;
@@ -1065,6 +1108,21 @@ impl FailoverJob {
                 _ => None,
             },
         }))
+    }
+}
+
+impl FailoverJob {
+    /// Whether the master judged dead answers as a master on a new connection within [`FailoverJob::confirm`]: the
+    /// last word before a promote, so that neither a pause of the watcher nor a connection dropped on the way
+    /// replaces a master that serves. A master gone refuses at once (no delay), one cut off costs the confirm time.
+    async fn answers_as_master(&self, s: &Session<'_>) -> bool {
+        let Ok(dial) = pika::dial_address(&self.dead, &s.common.pika.overrides) else { return false };
+        let password = s.ctx.secrets.pika_password.as_deref();
+        let ask = async {
+            let conn = Pika::connect(&dial, password, self.confirm).await.ok()?;
+            conn.info_replication().await.ok()
+        };
+        matches!(tokio::time::timeout(self.confirm, ask).await, Ok(Some(info)) if info.role == pika::Role::Master)
     }
 }
 

@@ -390,9 +390,19 @@ impl RealBed {
     /// When it cannot be started.
     #[must_use]
     pub fn start_watcher(&self) -> Watcher {
+        self.start_watcher_with(&[])
+    }
+
+    /// [`RealBed::start_watcher`] with `extra` variables besides (`KUBE_API_URL`, say).
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    #[must_use]
+    pub fn start_watcher_with(&self, extra: &[(&str, &str)]) -> Watcher {
         // values.yaml `failover`: detectionMs 2000, probeIntervalMs 500, leaseSeconds 5.
         let pod = format!("{}-codis-dashboard-0", self.name);
-        let vars = crate::cluster::watcher_env(&self.env(0), &pod, 2000, 500, 5);
+        let mut vars = crate::cluster::watcher_env(&self.env(0), &pod, 2000, 500, 5);
+        vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let log = self.network.dir().join("watcher.log");
         let file = std::fs::File::create(&log).expect("the watcher's log");
         let child = self

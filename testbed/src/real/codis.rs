@@ -178,6 +178,8 @@ impl Drop for Dashboard {
 pub struct Proxy {
     data: String,
     admin: String,
+    /// `<pod FQDN>:<admin port>`, what it advertises (`--host-admin`) and the dashboard lists, as in the chart.
+    advertised_admin: String,
     password: String,
     program: PathBuf,
     args: Vec<String>,
@@ -187,8 +189,8 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts it with the chart's configuration (`settings`, TOML values, replacing the chart's) and arguments; it
-    /// comes online at `dashboard` by itself
-    /// (`--dashboard`), as in the chart. Waits until it says it is online.
+    /// comes online at `dashboard` by itself (`--dashboard`) and advertises its addresses at pod `pod`'s FQDN, as in
+    /// the chart. Waits until it says it is online.
     ///
     /// # Errors
     /// When it exits or does not serve within 30 s.
@@ -203,8 +205,14 @@ impl Proxy {
     ) -> Result<Self, String> {
         let dir = network.dir().join(format!("proxy-{index}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let data = format!("{}:{}", network.node(), network.node_port());
-        let admin = format!("{}:{}", network.node(), network.node_port());
+        let (data_port, admin_port) = (network.node_port(), network.node_port());
+        let data = format!("{}:{data_port}", network.node());
+        let admin = format!("{}:{admin_port}", network.node());
+        // The chart's PROXY_FQDN: the pod's name under the proxy component's headless service.
+        let pod = format!("{product}-codis-proxy-{index}");
+        let fqdn = format!("{pod}.{product}-codis-proxy-headless.{}.svc.cluster.local", super::bed::NAMESPACE);
+        network.resolve(&fqdn, network.node())?;
+        let advertised_admin = format!("{fqdn}:{admin_port}");
         let mut toml = set_toml(&ChartFiles::rendered().proxy_toml, "admin_addr", &format!("\"{admin}\""));
         toml = set_toml(&toml, "proxy_addr", &format!("\"{data}\""));
         for (key, value) in settings {
@@ -218,12 +226,20 @@ impl Proxy {
             format!("--product_name={product}"),
             format!("--product_auth={password}"),
             format!("--session_auth={password}"),
-            format!("--host-admin={admin}"),
-            format!("--host-proxy={data}"),
+            format!("--host-admin={advertised_admin}"),
+            format!("--host-proxy={fqdn}:{data_port}"),
             "--log-level=INFO".to_owned(),
         ];
-        let mut proxy =
-            Self { data, admin, password: password.to_owned(), program: servers.proxy.clone(), args, dir, child: None };
+        let mut proxy = Self {
+            data,
+            admin,
+            advertised_admin,
+            password: password.to_owned(),
+            program: servers.proxy.clone(),
+            args,
+            dir,
+            child: None,
+        };
         proxy.spawn(network)?;
         Ok(proxy)
     }
@@ -286,10 +302,32 @@ impl Proxy {
         &self.data
     }
 
-    /// Its admin address (what the dashboard lists).
+    /// Its admin address as the dashboard lists it: its pod's FQDN and the admin port.
     #[must_use]
     pub fn admin_addr(&self) -> &str {
-        &self.admin
+        &self.advertised_admin
+    }
+
+    /// Its pod's name: the first label of its FQDN.
+    #[must_use]
+    pub fn pod_name(&self) -> &str {
+        self.advertised_admin.split('.').next().unwrap_or_default()
+    }
+
+    /// SIGSTOP: a proxy that hangs (a stalled node): its pod still runs, and it answers nobody.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`Proxy::freeze`].
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status();
+        }
     }
 
     /// A client connection, authenticated.

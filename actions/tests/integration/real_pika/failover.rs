@@ -336,3 +336,119 @@ fn a_master_killed_while_a_drain_migrates_onto_its_group_loses_no_preloaded_key(
     assert!(check.is_clean(), "preloaded keys lost: {}\n{}", check.summary(), watcher.log());
     assert!(written.wrong.is_empty() && written.errors.is_empty(), "{}", written.summary());
 }
+
+/// The Kubernetes API of the proxy test below, emulated: each proxy pod as the kubelet reports it, its
+/// `codis-proxy` container running or terminated, and the Events posted. Does not model anything else of a pod
+/// (phase, conditions, other containers), nor authentication.
+#[derive(Default)]
+struct ProxyPods {
+    running: std::sync::Mutex<std::collections::BTreeMap<String, bool>>,
+    events: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+impl testbed::kubeblocks::api::Backend for ProxyPods {
+    fn get(&self, path: &[&str], _query: &std::collections::BTreeMap<String, String>) -> Option<serde_json::Value> {
+        let ["api", "v1", "namespaces", namespace, "pods", name] = path else { return None };
+        let running = *self.running.lock().unwrap().get(*name)?;
+        let state = if running {
+            serde_json::json!({"running": {"startedAt": "2026-12-06T00:00:00Z"}})
+        } else {
+            serde_json::json!({"terminated": {"exitCode": 137, "reason": "Error"}})
+        };
+        Some(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"containerStatuses": [{
+                "name": "codis-proxy", "ready": running, "restartCount": 0, "image": "codis", "imageID": "",
+                "state": state
+            }]}
+        }))
+    }
+
+    fn event(&self, _namespace: &str, event: serde_json::Value) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+/// With the Kubernetes API to ask, a proxy that neither the dashboard nor the watcher can reach is removed only
+/// when the API says its process is gone: a frozen proxy (SIGSTOP: a stalled node) whose pod still runs its
+/// container is kept however long it stays unreachable, and the same proxy is removed, with a `ProxyRemoved` Event,
+/// once it is killed and the API reports its container terminated. A master killed afterwards is failed over through the live proxy.
+#[test]
+fn a_proxy_nobody_reaches_is_kept_while_its_pod_runs_and_removed_once_its_container_stopped() {
+    let mut bed = bed(1, 2, Line::V1_1, 2);
+    create(&bed);
+    let pods = std::sync::Arc::new(ProxyPods::default());
+    for proxy in &bed.proxies {
+        pods.running.lock().unwrap().insert(proxy.pod_name().to_owned(), true);
+    }
+    let api = testbed::kubeblocks::api::ApiServer::start(pods.clone()).expect("the emulated api");
+    let frozen = (bed.proxies[1].token().expect("proxy 1's token"), bed.proxies[1].admin_addr().to_owned());
+    let live = (bed.proxies[0].token().expect("proxy 0's token"), bed.proxies[0].admin_addr().to_owned());
+    assert!(registered(&bed).contains(&frozen), "proxy 1 not listed at its pod's FQDN: {:?}", registered(&bed));
+    let preloaded = preload(&bed, "podruns");
+    let watcher = bed.start_watcher_with(&[("KUBE_API_URL", api.url())]);
+
+    bed.proxies[1].freeze();
+    let kept = || watcher.log().contains("proxy unreachable but kept");
+    assert!(testbed::cluster::eventually(Duration::from_secs(30), kept), "never judged:\n{}", watcher.log());
+    // Judged again every 5 s while kept.
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(registered(&bed).contains(&frozen), "a proxy whose pod runs was removed:\n{}", watcher.log());
+    let about = format!("/pods/{}", bed.proxies[1].pod_name());
+    let asked = api.requests().into_iter().filter(|r| r.target.ends_with(&about)).count();
+    assert!(asked >= 2, "the api was not asked about the pod: {:?}", api.requests());
+
+    // Its container dies, as the kubelet then reports it.
+    bed.proxies[1].kill();
+    pods.running.lock().unwrap().insert(bed.proxies[1].pod_name().to_owned(), false);
+    let only_live = || registered(&bed) == vec![live.clone()];
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(30), only_live),
+        "the proxy whose container stopped is still listed, or the live one went: {:?}\n{}",
+        registered(&bed),
+        watcher.log()
+    );
+    // Announced right after the removal.
+    let announced = || pods.events.lock().unwrap().iter().any(|e| e["reason"] == "ProxyRemoved");
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(10), announced),
+        "no ProxyRemoved event: {:?}\n{:?}\n{}",
+        pods.events.lock().unwrap(),
+        api.requests(),
+        watcher.log()
+    );
+
+    let master = bed.master_ordinal(0);
+    bed.shards[0].pod_mut(master).kill();
+    failed_over(&bed, master, &watcher);
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+}
+
+/// Outside a cluster (no Kubernetes API) a proxy that neither the dashboard nor the watcher reaches is removed on
+/// their word alone, and the fork's dashboard, removing a frozen proxy (SIGSTOP: it accepts connections and never
+/// answers), hangs its whole API for most of a minute. The watcher must go on probing the masters meanwhile and
+/// fail none over: a loop that waited on the dashboard took up its probes' answers seconds late, judged a live
+/// master dead and promoted its replica the moment the dashboard answered again.
+#[test]
+fn a_dashboard_hung_removing_a_frozen_proxy_fails_no_live_master_over() {
+    let bed = bed(1, 2, Line::V1_0, 2);
+    create(&bed);
+    let preloaded = preload(&bed, "hungdash");
+    let watcher = bed.start_watcher();
+    let master = bed.master_ordinal(0);
+    bed.proxies[1].freeze();
+    let removing =
+        || watcher.log().contains("could not judge the unreachable proxy yet") || registered(&bed).len() == 1;
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), removing), "never judged:\n{}", watcher.log());
+    let gone = || registered(&bed).len() == 1;
+    assert!(testbed::cluster::eventually(Duration::from_secs(120), gone), "not removed:\n{}", watcher.log());
+    // A few probe rounds after the dashboard answers again.
+    std::thread::sleep(Duration::from_secs(5));
+    let log = watcher.log();
+    assert!(!log.contains("master gone"), "a live master was judged gone while the dashboard hung:\n{log}");
+    assert_eq!(bed.master_ordinal(0), master, "the master moved:\n{log}");
+    bed.proxies[1].thaw();
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+}
