@@ -319,6 +319,9 @@ struct Leader<'a> {
     in_sync_since: BTreeMap<String, Instant>,
     /// When each replica copied in full and not re-linked since was first seen trying to link, since it last was not.
     connecting_since: BTreeMap<String, Instant>,
+    /// Those of them that follow their group's master in Codis: only their link dropped, which the copy again
+    /// handles (the round's repair leaves their group alone meanwhile).
+    dropped_links: BTreeSet<String>,
     no_replica_warned: BTreeSet<u32>,
     /// The admin address of each registered proxy, by token; probed there like masters (a proxy gone without its
     /// preStop stays registered, and every promote waits for it). The judgement reads the dashboard's word afresh.
@@ -366,6 +369,7 @@ impl<'a> Leader<'a> {
             relinking: BTreeSet::new(),
             in_sync_since: BTreeMap::new(),
             connecting_since: BTreeMap::new(),
+            dropped_links: BTreeSet::new(),
             no_replica_warned: BTreeSet::new(),
             proxies: BTreeMap::new(),
             proxy_detector: Detector::new(settings.detection, settings.interval),
@@ -537,11 +541,17 @@ impl<'a> Leader<'a> {
             // Its first link after the copy dropped (nothing re-linked it): the copy is not trusted, and pika's own
             // retry about 10 s later would resume it past writes it may never have applied.
             let since = *self.connecting_since.entry(done.server.clone()).or_insert_with(Instant::now);
+            let master = self.groups.get(&done.gid).map(|g| g.master.clone()).unwrap_or_default();
+            let at = pika::dial_address(&master, &self.ctx_common().pika.overrides);
+            if at.is_ok_and(|at| info.follows(&at)) {
+                self.dropped_links.insert(done.server.clone());
+            }
             if since.elapsed() >= transfer::LINK_STALL {
                 self.start_copy_again(jobs, done.gid, &done.server);
             }
         } else {
             self.connecting_since.remove(&done.server);
+            self.dropped_links.remove(&done.server);
         }
         if !info.in_sync() {
             self.in_sync_since.remove(&done.server);
@@ -678,6 +688,7 @@ impl<'a> Leader<'a> {
         let replicas: BTreeSet<String> =
             models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
         self.sweep_conns.retain(|s, _| replicas.contains(s));
+        self.dropped_links.retain(|s| replicas.contains(s));
         self.proxies = proxies.into_iter().map(|p| (p.proxy.token, p.proxy.admin_addr)).collect();
         self.proxy_detector.watch(self.proxies.keys().cloned());
         let listed = |token: &String| self.proxies.contains_key(token);
@@ -901,6 +912,13 @@ impl<'a> Leader<'a> {
         if view.servers < 2 && !view.promoting {
             return;
         }
+        // A replica copied in full, following the master, whose link dropped is left to its copy again (5.): the
+        // round's repair would wait on its link, holding the copy again back until pika resumed the link on its own,
+        // from a binlog position that may lie past writes it never applied.
+        let stalled = |server: &str| self.dropped_links.contains(&server.to_ascii_lowercase());
+        if from_listing && view.model.servers.iter().skip(1).any(|gs| stalled(&gs.server)) {
+            return;
+        }
         // A split serving through its alias: its runs command the new pods, under the group's transfer lock, which
         // a repair would hold through their whole copy (seen: a re-link's second pair held back 10 s).
         if self.is_split_master(&view.master) && !view.promoting {
@@ -959,6 +977,7 @@ impl<'a> Leader<'a> {
             JobDone::CopiedAgain(server, result) => {
                 self.relinking.remove(&server);
                 self.connecting_since.remove(&server);
+                self.dropped_links.remove(&server);
                 if let Err(e) = result {
                     tracing::info!(server, error = %e.one_line(), "replica not copied again yet");
                 }
