@@ -100,6 +100,14 @@ fn stop(child: &mut Option<Child>) {
     }
 }
 
+/// Sends `signal` (as `kill` spells it: `-STOP`, `-CONT`, `-KILL`) to `child`, when it runs: a stalled node or a
+/// crash, from a shared borrow while another thread drives the bed.
+pub fn signal(child: Option<&Child>, signal: &str) {
+    if let Some(child) = child {
+        let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
+    }
+}
+
 /// A real `redis-server` on 127.0.0.1, standing in for one pika pod.
 #[derive(Debug)]
 pub struct RedisServer {

@@ -319,9 +319,6 @@ struct Leader<'a> {
     in_sync_since: BTreeMap<String, Instant>,
     /// When each replica copied in full and not re-linked since was first seen trying to link, since it last was not.
     connecting_since: BTreeMap<String, Instant>,
-    /// Those of them that follow their group's master in Codis: only their link dropped, which the copy again
-    /// handles (the round's repair leaves their group alone meanwhile).
-    dropped_links: BTreeSet<String>,
     no_replica_warned: BTreeSet<u32>,
     /// The admin address of each registered proxy, by token; probed there like masters (a proxy gone without its
     /// preStop stays registered, and every promote waits for it). The judgement reads the dashboard's word afresh.
@@ -369,7 +366,6 @@ impl<'a> Leader<'a> {
             relinking: BTreeSet::new(),
             in_sync_since: BTreeMap::new(),
             connecting_since: BTreeMap::new(),
-            dropped_links: BTreeSet::new(),
             no_replica_warned: BTreeSet::new(),
             proxies: BTreeMap::new(),
             proxy_detector: Detector::new(settings.detection, settings.interval),
@@ -541,17 +537,11 @@ impl<'a> Leader<'a> {
             // Its first link after the copy dropped (nothing re-linked it): the copy is not trusted, and pika's own
             // retry about 10 s later would resume it past writes it may never have applied.
             let since = *self.connecting_since.entry(done.server.clone()).or_insert_with(Instant::now);
-            let master = self.groups.get(&done.gid).map(|g| g.master.clone()).unwrap_or_default();
-            let at = pika::dial_address(&master, &self.ctx_common().pika.overrides);
-            if at.is_ok_and(|at| info.follows(&at)) {
-                self.dropped_links.insert(done.server.clone());
-            }
             if since.elapsed() >= transfer::LINK_STALL {
                 self.start_copy_again(jobs, done.gid, &done.server);
             }
         } else {
             self.connecting_since.remove(&done.server);
-            self.dropped_links.remove(&done.server);
         }
         if !info.in_sync() {
             self.in_sync_since.remove(&done.server);
@@ -688,7 +678,6 @@ impl<'a> Leader<'a> {
         let replicas: BTreeSet<String> =
             models.iter().flat_map(|g| g.servers.iter().skip(1).map(|gs| gs.server.to_ascii_lowercase())).collect();
         self.sweep_conns.retain(|s, _| replicas.contains(s));
-        self.dropped_links.retain(|s| replicas.contains(s));
         self.proxies = proxies.into_iter().map(|p| (p.proxy.token, p.proxy.admin_addr)).collect();
         self.proxy_detector.watch(self.proxies.keys().cloned());
         let listed = |token: &String| self.proxies.contains_key(token);
@@ -912,13 +901,6 @@ impl<'a> Leader<'a> {
         if view.servers < 2 && !view.promoting {
             return;
         }
-        // A replica copied in full, following the master, whose link dropped is left to its copy again (5.): the
-        // round's repair would wait on its link, holding the copy again back until pika resumed the link on its own,
-        // from a binlog position that may lie past writes it never applied.
-        let stalled = |server: &str| self.dropped_links.contains(&server.to_ascii_lowercase());
-        if from_listing && view.model.servers.iter().skip(1).any(|gs| stalled(&gs.server)) {
-            return;
-        }
         // A split serving through its alias: its runs command the new pods, under the group's transfer lock, which
         // a repair would hold through their whole copy (seen: a re-link's second pair held back 10 s).
         if self.is_split_master(&view.master) && !view.promoting {
@@ -932,6 +914,7 @@ impl<'a> Leader<'a> {
             lease: Arc::clone(&self.lease),
             gid,
             listed: from_listing.then(|| view.model.clone()),
+            copied: self.relinks.iter().filter(|(_, m)| **m == RelinkMark::Copied).map(|(s, _)| s.clone()).collect(),
         };
         jobs.spawn(async move { JobDone::Repair(gid, job.run().await) });
     }
@@ -977,7 +960,6 @@ impl<'a> Leader<'a> {
             JobDone::CopiedAgain(server, result) => {
                 self.relinking.remove(&server);
                 self.connecting_since.remove(&server);
-                self.dropped_links.remove(&server);
                 if let Err(e) = result {
                     tracing::info!(server, error = %e.one_line(), "replica not copied again yet");
                 }
@@ -1135,13 +1117,10 @@ impl FailoverJob {
     /// last word before a promote, so that neither a pause of the watcher nor a connection dropped on the way
     /// replaces a master that serves. A master gone refuses at once (no delay), one cut off costs the confirm time.
     async fn answers_as_master(&self, s: &Session<'_>) -> bool {
-        let Ok(dial) = pika::dial_address(&self.dead, &s.common.pika.overrides) else { return false };
-        let password = s.ctx.secrets.pika_password.as_deref();
-        let ask = async {
-            let conn = Pika::connect(&dial, password, self.confirm).await.ok()?;
-            conn.info_replication().await.ok()
-        };
-        matches!(tokio::time::timeout(self.confirm, ask).await, Ok(Some(info)) if info.role == pika::Role::Master)
+        let dial = pika::dial_address(&self.dead, &s.common.pika.overrides).map_err(|e| e.to_string());
+        let password = s.ctx.secrets.pika_password.clone();
+        let ask = probe(None, dial, password, self.confirm);
+        matches!(tokio::time::timeout(self.confirm, ask).await, Ok(Ok((_, info))) if info.role == pika::Role::Master)
     }
 }
 
@@ -1153,6 +1132,8 @@ struct RepairJob {
     gid: u32,
     /// The group as last listed, to check without reading Codis again; `None`: read it.
     listed: Option<Group>,
+    /// Replicas copied in full and not re-linked since: one whose link dropped is left to its copy again.
+    copied: BTreeSet<String>,
 }
 
 impl RepairJob {
@@ -1180,7 +1161,7 @@ impl RepairJob {
             },
         };
         if !group.is_promoting()
-            && transfer::is_converged_within(&s, &group, transfer::UNPLANNED_SURVEY_TIMEOUT).await?
+            && transfer::is_converged_within(&s, &group, transfer::UNPLANNED_SURVEY_TIMEOUT, &self.copied).await?
         {
             return Ok(true);
         }

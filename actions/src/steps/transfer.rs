@@ -26,7 +26,7 @@
 //! Between the promote and the old master's demotion both report `role:master` (pika gives no other order); Codis
 //! routes to `servers[0]` only, so that window never has two masters that receive writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -1561,14 +1561,20 @@ pub(crate) async fn copy_in_full(
 /// # Errors
 /// Only when the master's address cannot be dialled (a malformed override).
 pub async fn is_converged(s: &Session<'_>, group: &Group) -> Result<bool> {
-    is_converged_within(s, group, CALL_TIMEOUT).await
+    is_converged_within(s, group, CALL_TIMEOUT, &BTreeSet::new()).await
 }
 
-/// [`is_converged`], giving each member `timeout` to answer (one that does not is skipped, as unreachable).
+/// [`is_converged`], giving each member `timeout` to answer (one that does not is skipped, as unreachable);
+/// members in `copied` (lower case) were copied in full and not re-linked since ([`member_settled`]).
 ///
 /// # Errors
 /// Only when the master's address cannot be dialled (a malformed override).
-pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Duration) -> Result<bool> {
+pub async fn is_converged_within(
+    s: &Session<'_>,
+    group: &Group,
+    timeout: Duration,
+    copied: &BTreeSet<String>,
+) -> Result<bool> {
     let Some(master) = group.master() else { return Ok(true) };
     if group.is_promoting() {
         return Ok(false);
@@ -1582,9 +1588,19 @@ pub async fn is_converged_within(s: &Session<'_>, group: &Group, timeout: Durati
         }
     }
     Ok(servers.iter().skip(1).all(|srv| match infos.get(srv) {
-        Some(Ok(info)) => member_step(info, &master_at) == MemberStep::Follows && info.in_sync(),
+        Some(Ok(info)) => member_settled(info, &master_at, copied.contains(&srv.to_ascii_lowercase())),
         _ => true,
     }))
+}
+
+/// Whether a member reading `info` needs nothing from a repair: it follows `master` in sync, or, `copied` in full
+/// and not re-linked since, it follows it with its link down. The watcher copies such a replica again (pika would
+/// resume the link past writes it may never have applied); a repair would only wait on that link, holding the
+/// group's lock the copy again takes.
+#[must_use]
+pub fn member_settled(info: &Replication, master: &HostPort, copied: bool) -> bool {
+    let dropped = copied && !info.link_up && info.sync == Some(SyncState::Connecting);
+    member_step(info, master) == MemberStep::Follows && (info.in_sync() || dropped)
 }
 
 #[cfg(test)]
@@ -1633,6 +1649,24 @@ mod tests {
              master_link_status:up\nconnected_slaves:1\n"
         ));
         assert_eq!(member_step(&follows, &at(NEW, 9221)), MemberStep::Follows);
+    }
+
+    #[test]
+    fn only_a_replica_copied_in_full_whose_link_to_the_master_dropped_is_left_to_its_copy_again() {
+        let state = |host: &str, link: &str, db0: &str| {
+            pika(&format!(
+                "# Replication(SLAVE)\nrole:slave\nmaster_host:{host}\nmaster_port:9221\nmaster_link_status:{link}\n\
+                 repl_connect_status:\ndb0:{db0}\n"
+            ))
+        };
+        let master = at(NEW, 9221);
+        let dropped = state(NEW, "down", "connecting");
+        assert!(member_settled(&dropped, &master, true));
+        assert!(!member_settled(&dropped, &master, false), "a replica never copied is repaired");
+        assert!(member_settled(&state(NEW, "up", "connected"), &master, false));
+        assert!(!member_settled(&state(NEW, "down", "error"), &master, true), "pika's error state is repaired");
+        assert!(!member_settled(&state(NEW, "down", "syncing_full"), &master, true));
+        assert!(!member_settled(&state("old-master", "down", "connecting"), &master, true), "pointed elsewhere");
     }
 
     #[test]

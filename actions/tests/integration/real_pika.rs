@@ -891,7 +891,6 @@ fn a_re_link_killed_between_its_two_commands_is_repaired_by_the_watcher() {
 /// cut here with `ss -K`, under a writer, and the watcher started: it copies the replica again in full instead of
 /// waiting for pika, and every pod then replicates its master in sync, holding what it holds.
 #[test]
-#[ignore = "issue 35, flaky under load: a watcher started just after the cut may run its first repair round before its first sweep saw the dropped link; the repair waits on that link (10 s) and holds the copy again back until pika resumed the link itself (failed in one fresh-clone run and 2 of 5 loaded local runs)"]
 fn a_replica_whose_first_link_after_its_full_copy_drops_is_copied_again_by_the_watcher() {
     let bed = created(1, 2, Line::V1_1);
     let replica = bed.shards[0].pods.iter().find(|p| p.role() != "master").expect("a replica");

@@ -316,18 +316,12 @@ impl Proxy {
 
     /// SIGSTOP: a proxy that hangs (a stalled node): its pod still runs, and it answers nobody.
     pub fn freeze(&self) {
-        self.signal("-STOP");
+        crate::process::signal(self.child.as_ref(), "-STOP");
     }
 
     /// SIGCONT after [`Proxy::freeze`].
     pub fn thaw(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        if let Some(child) = &self.child {
-            let _ = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status();
-        }
+        crate::process::signal(self.child.as_ref(), "-CONT");
     }
 
     /// A client connection, authenticated.

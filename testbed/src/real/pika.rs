@@ -185,23 +185,17 @@ impl PikaPod {
 
     /// SIGSTOP: a pika that hangs (a stalled node, a long pause). Its master keeps taking writes it does not get.
     pub fn freeze(&self) {
-        self.signal("-STOP");
+        crate::process::signal(self.child.as_ref(), "-STOP");
     }
 
     /// SIGCONT after [`PikaPod::freeze`].
     pub fn thaw(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        if let Some(child) = &self.child {
-            let _ = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status();
-        }
+        crate::process::signal(self.child.as_ref(), "-CONT");
     }
 
     /// SIGKILL from a shared borrow (another thread drives the bed meanwhile); [`PikaPod::kill`] reaps it later.
     pub fn crash(&self) {
-        self.signal("-KILL");
+        crate::process::signal(self.child.as_ref(), "-KILL");
     }
 
     /// SIGKILL: what a crashed pod looks like. Its volume stays.
