@@ -60,6 +60,9 @@ pub enum Error {
     /// A split could not go on.
     #[error(transparent)]
     Split(#[from] crate::steps::split::Refusal),
+    /// A failed-over master's tail could not be written again.
+    #[error(transparent)]
+    Salvage(#[from] crate::steps::salvage::Unsalvaged),
     /// etcd was needed and did not answer.
     #[error(transparent)]
     EtcdNeeded(#[from] crate::steps::cluster::EtcdNeeded),

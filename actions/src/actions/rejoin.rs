@@ -38,6 +38,7 @@ use crate::input::context::Context;
 use crate::input::event::Common;
 use crate::steps::cluster::{Session, CALL_TIMEOUT};
 use crate::steps::failover::{self, FailoverRecord};
+use crate::steps::salvage;
 use crate::steps::transfer::{self, Transfer};
 
 /// Pause between two attempts at something that is not reachable yet.
@@ -175,6 +176,7 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
     };
     if !master.eq_ignore_ascii_case(&server) {
         repoint_followers(&s, group, &server, &data).await?;
+        salvage_tail(&s, gid, &server, config, volume_has_data(&data)?, kube_api.as_deref()).await?;
         let said = follow(&s, config, &server, master, gid)?;
         if std::fs::read_to_string(config).is_ok_and(|text| copies_in_full(&text)) {
             transfer::mark_copied(&s, &server).await;
@@ -341,6 +343,57 @@ fn written(what: String, config: &Path, changed: bool) -> String {
     }
 }
 
+/// Writes again what this pod took last as its group's master and the new master never got
+/// ([`salvage::salvage`]), when the group's last failover replaced this pod and measured where the new master stood.
+/// Before the config makes it a replica: its first sync wipes the volume.
+async fn salvage_tail(
+    s: &Session<'_>,
+    gid: u32,
+    server: &str,
+    config: &Path,
+    has_data: bool,
+    kube_api: Option<&str>,
+) -> Result<()> {
+    // Only a pika that last ran as a master with data has writes of its own: a replica's restart needs no etcd.
+    // Failovers are recorded in etcd only; without it configured there is no record to go by.
+    let text = std::fs::read_to_string(config).unwrap_or_default();
+    if persisted_master(&text).is_some() || !has_data || s.common.etcd.is_empty() {
+        return Ok(());
+    }
+    // etcd down: waited for within the budget, then the start fails and is retried. Starting as a replica would
+    // wipe the only copy of the tail.
+    let etcd = retry(s.ctx, "reach etcd", || s.etcd_for("salvage a failed-over master's last writes")).await?;
+    let s = s.with_etcd(etcd.clone());
+    let record = etcd
+        .get(&failover::record_key(&s.prefix(), gid))
+        .await?
+        .and_then(|e| serde_json::from_str::<FailoverRecord>(&e.value).ok())
+        .filter(|r| r.from.eq_ignore_ascii_case(server));
+    let Some((record, from)) = record.and_then(|r| r.promoted_at.map(|at| (r, at))) else { return Ok(()) };
+    match salvage::salvage(&s, &record, from, &binlog_dir_of(config)).await? {
+        salvage::Outcome::Done(done) => {
+            let line =
+                format!("{server}, failed over at {}, came back with its binlog: {}", record.at, done.describe());
+            tracing::warn!(gid, "salvaged: {line}");
+            if done.written > 0 {
+                let pod = crate::clients::server::ServerAddr::of(server).pod().to_owned();
+                failover::announce(
+                    kube_api,
+                    &s.common.cluster.namespace,
+                    &ObjectRef::pod(&pod, None),
+                    failover::REASON_SALVAGED,
+                    &line,
+                    true,
+                )
+                .await;
+            }
+        }
+        salvage::Outcome::AlreadyDone => tracing::info!(gid, "the failed-over tail was salvaged already"),
+        salvage::Outcome::NoTail(why) => tracing::info!(gid, why, "no binlog tail to salvage"),
+    }
+    Ok(())
+}
+
 /// Moves mastership to the best live replica (or finishes the promote under way), then makes this pod its replica.
 async fn hand_over(
     s: &Session<'_>,
@@ -365,7 +418,6 @@ async fn hand_over(
     if outcome.master.eq_ignore_ascii_case(server) {
         return Err(Refusal::StillMaster { server: server.to_owned(), gid }.into());
     }
-    let changed = set_replication(config, Some(&s.dial(&outcome.master)?))?;
     if outcome.promoted {
         let record = FailoverRecord {
             gid,
@@ -380,6 +432,10 @@ async fn hand_over(
             by: format!("rejoin {}", crate::clients::server::ServerAddr::of(server).pod()),
             took_ms: u64::try_from(ctx.budget.elapsed().as_millis()).unwrap_or(u64::MAX),
             lag_bytes: None,
+            promoted_at: transfer::read_handover(&s, gid)
+                .await
+                .filter(|h| h.to.eq_ignore_ascii_case(&outcome.master))
+                .map(|h| h.position),
         };
         let line = record.describe();
         tracing::warn!(gid, from = %server, to = %outcome.master, "handed over before starting: {line}");
@@ -393,7 +449,10 @@ async fn hand_over(
             true,
         )
         .await;
+        // Before the config names the new master: a rerun after a crash here finds this pod deposed and salvages.
+        salvage_tail(&s, gid, server, config, has_data, kube_api).await?;
     }
+    let changed = set_replication(config, Some(&s.dial(&outcome.master)?))?;
     Ok(written(
         format!("{}; this pod starts as a replica of {}", outcome.describe(server), outcome.master),
         config,
@@ -427,18 +486,30 @@ async fn never_held_a_key(s: &Session<'_>, stats: &Stats, group: &Group) -> Resu
 /// pika's data directory according to its config: `db-path` (relative to the file's directory), else `<dir>/db`.
 #[must_use]
 pub fn data_dir_of(config: &Path) -> PathBuf {
+    config_path(config, "db-path", "db")
+}
+
+/// pika's binlog of `db0` according to its config: `<log-path>/log_db0` (`log-path` as [`data_dir_of`] reads
+/// `db-path`, else `<dir>/log`).
+#[must_use]
+pub fn binlog_dir_of(config: &Path) -> PathBuf {
+    config_path(config, "log-path", "log").join("log_db0")
+}
+
+/// The directory `key` of the config names, relative to the file's directory, else `<dir>/<default>`.
+fn config_path(config: &Path, key: &str, default: &str) -> PathBuf {
     let base = config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let text = std::fs::read_to_string(config).unwrap_or_default();
-    let db_path = text.lines().find_map(|line| {
+    let value = text.lines().find_map(|line| {
         let line = line.trim();
-        let rest = line.strip_prefix("db-path")?;
+        let rest = line.strip_prefix(key)?;
         let value = rest.trim_start().strip_prefix(':').unwrap_or(rest).trim();
         (!value.is_empty() && !line.starts_with('#')).then(|| value.to_owned())
     });
-    match db_path {
+    match value {
         Some(p) if Path::new(&p).is_absolute() => PathBuf::from(p),
         Some(p) => base.join(p),
-        None => base.join("db"),
+        None => base.join(default),
     }
 }
 
@@ -616,6 +687,16 @@ mod tests {
         assert_eq!(data_dir_of(&conf), dir.path().join("./db2/"));
         std::fs::write(&conf, "port 1\n").unwrap();
         assert_eq!(data_dir_of(&conf), dir.path().join("db"));
+    }
+
+    #[test]
+    fn the_binlog_directory_is_log_db0_under_log_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("pika.conf");
+        std::fs::write(&conf, "log-path /data/log/\ndb-path /data/db/\n").unwrap();
+        assert_eq!(binlog_dir_of(&conf), PathBuf::from("/data/log/log_db0"));
+        std::fs::write(&conf, "# log-path : /elsewhere/\nport : 1\n").unwrap();
+        assert_eq!(binlog_dir_of(&conf), dir.path().join("log").join("log_db0"));
     }
 
     #[test]

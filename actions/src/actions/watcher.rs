@@ -1108,6 +1108,7 @@ impl FailoverJob {
                 (Some(old), Some(new)) => Some(old.bytes_after(new)),
                 _ => None,
             },
+            promoted_at,
         }))
     }
 }

@@ -608,6 +608,24 @@ impl Pika {
         self.query("DEL", &cmd, None).await
     }
 
+    /// `EXISTS key`.
+    pub async fn exists(&self, key: &[u8]) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(key);
+        let n: u64 = self.query("EXISTS", &cmd, None).await?;
+        Ok(n > 0)
+    }
+
+    /// Sends `command` (its name first) as it is, for its effect: its reply is not read, an error reply is an error.
+    pub async fn send(&self, command: &[Vec<u8>]) -> Result<(), Error> {
+        let Some((name, args)) = command.split_first() else { return Ok(()) };
+        let mut cmd = redis::cmd(&String::from_utf8_lossy(name));
+        for arg in args {
+            cmd.arg(arg.as_slice());
+        }
+        self.query::<redis::Value>("a salvaged write", &cmd, None).await.map(|_| ())
+    }
+
     /// `CONFIG GET key`: the value, `None` when the server has no such item.
     pub async fn config_get(&self, key: &str) -> Result<Option<String>, Error> {
         let mut cmd = redis::cmd("CONFIG");

@@ -6,6 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// One command as pika's binlog holds it: its arguments, the name first.
+pub type BinlogCommand = Vec<Vec<u8>>;
+
 /// A binlog position, `db0:binlog_offset=<file> <offset>`. A replica writes its master's records at the same
 /// positions, so positions of one history compare directly, as pairs: pika's single `slave_repl_offset` folds them
 /// into `file × binlog-file-size + offset`, which goes backwards whenever a file that outgrew that size rolls.

@@ -14,6 +14,8 @@
 //! Masters: [`choose_new_master`] picks whom a switchover promotes: the given candidate when it is fit, else the best
 //! fit replica (already updated by the rollout, then the furthest binlog position, then the ordinal rule); [`resync`]
 //! decides whether a member pointed at a new master may sync incrementally or must copy it in full.
+//! Failovers: [`salvage`] sorts a failed-over master's binlog tail into each key's history, to write again where the
+//! key is missing.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -25,6 +27,7 @@ pub mod keyslot;
 pub mod proxies;
 pub mod resync;
 pub mod rounds;
+pub mod salvage;
 pub mod split;
 mod toward;
 

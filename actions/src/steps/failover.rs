@@ -20,12 +20,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::clients::etcd::Etcd;
 use crate::clients::kube::{Kube, ObjectRef};
+use crate::input::replication::BinlogPosition;
 
 /// How long recording an Event may take before it is given up.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Event reason of a master replaced by the watcher or handed over by a restarting master.
 pub const REASON_FAILOVER: &str = "Failover";
+/// Event reason of a failed-over master's last writes written again when it came back.
+pub const REASON_SALVAGED: &str = "Salvaged";
 /// Event reason of a pika that `rejoin` would not let start.
 pub const REASON_REFUSED_START: &str = "RefusedStart";
 
@@ -51,6 +54,10 @@ pub struct FailoverRecord {
     /// since writes the old master took after its last answer cannot be counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<u64>,
+    /// Where the new master's binlog stood at its promotion: the old master's records past it are what the new
+    /// master never got, salvaged when the old master comes back with its volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_at: Option<BinlogPosition>,
 }
 
 impl FailoverRecord {
@@ -204,6 +211,7 @@ mod tests {
             by: "watcher c1-codis-dashboard-0".into(),
             took_ms: 2400,
             lag_bytes: Some(14),
+            promoted_at: Some(BinlogPosition::new(0, 1200)),
         };
         let json = serde_json::to_string(&record).unwrap();
         assert_eq!(serde_json::from_str::<FailoverRecord>(&json).unwrap(), record);
