@@ -342,6 +342,66 @@ fn a_master_killed_while_a_drain_migrates_onto_its_group_loses_no_key_once_it_re
     assert!(written.is_clean(), "acknowledged writes lost: {}\n{rejoined}", written.summary());
 }
 
+/// A master takes writes its replica never gets (the replica frozen by SIGSTOP for a second, as a stalled node), is
+/// SIGKILLed, and the replica is failed over to. Clients then write a new value to every other key the old master
+/// acknowledged. The old master restarts with its volume: its tail must bring back every acknowledged key the new
+/// master lacked, and must not write its old value over any key the new master took since.
+#[test]
+fn a_failed_over_master_back_with_its_volume_brings_back_its_last_writes_and_overwrites_none_taken_since() {
+    let mut bed = bed(1, 2, Line::V1_1, 1);
+    create(&bed);
+    let watcher = bed.start_watcher();
+    wait_for_relinks(&bed, &watcher);
+    let master = bed.master_ordinal(0);
+    let replica = bed.shards[0].pods.iter().map(|p| p.ordinal).find(|o| *o != master).expect("a replica");
+    let during = writer(&bed, "tail:w");
+    bed.shards[0].pod(replica).freeze();
+    std::thread::sleep(Duration::from_secs(1));
+    bed.shards[0].pod(master).crash();
+    bed.shards[0].pod(replica).thaw();
+    assert_eq!(failed_over(&bed, master, &watcher), replica, "the thawed replica was not promoted");
+    let written = during.stop();
+    // What the new master lacks: the old master's tail.
+    let lacking = written.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(lacking.errors.is_empty(), "{}", lacking.summary());
+
+    // Every other acknowledged key gets a value of after the failover, through the proxy.
+    let mut client = bed.proxies[0].connect().expect("the proxy");
+    let mut since = Ledger::default();
+    for key in written.acked.keys().step_by(2) {
+        assert_eq!(client.command(&["SET", key, "after"]).as_deref(), Ok("+OK"), "SET {key}");
+        since.acked.insert(key.clone(), "after".to_owned());
+    }
+    // Without tail keys of both kinds, this run could not tell a salvage that overwrites (or writes nothing) from a
+    // right one.
+    let (taken_since, only_in_tail): (Vec<&String>, Vec<&String>) =
+        lacking.lost.iter().partition(|k| since.acked.contains_key(*k));
+    assert!(
+        !taken_since.is_empty() && !only_in_tail.is_empty(),
+        "the frozen replica lacked too few writes: {}",
+        lacking.summary()
+    );
+    let kept = Ledger {
+        acked: written
+            .acked
+            .iter()
+            .filter(|(k, _)| !since.acked.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ..Ledger::default()
+    };
+
+    bed.shards[0].pod_mut(master).kill();
+    bed.start_pod(0, master);
+    let rejoined = bed.shards[0].pod(master).logs();
+    let salvaged: Vec<&str> = rejoined.lines().filter(|l| l.contains("came back with its binlog")).collect();
+    eprintln!("lacking after the failover: {}; {}", lacking.lost.len(), salvaged.join("\n"));
+    let overwritten = since.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(overwritten.is_clean(), "keys taken since the failover were overwritten: {}", overwritten.summary());
+    let check = kept.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(check.is_clean(), "acknowledged writes lost: {}\n{rejoined}", check.summary());
+}
+
 /// The Kubernetes API of the proxy test below, emulated: each proxy pod as the kubelet reports it, its
 /// `codis-proxy` container running or terminated, and the Events posted. Does not model anything else of a pod
 /// (phase, conditions, other containers), nor authentication.
