@@ -9,12 +9,17 @@
 
 use std::path::Path;
 
+use futures_util::StreamExt as _;
+
 use crate::clients::binlog;
 use crate::error::{Error, Result};
 use crate::input::replication::BinlogPosition;
 use crate::plan::salvage::plan;
 use crate::steps::cluster::Session;
 use crate::steps::failover::FailoverRecord;
+
+/// Keys checked and rebuilt at once.
+const KEYS_AT_ONCE: usize = 32;
 
 /// Why nothing could be written.
 #[derive(Debug, thiserror::Error)]
@@ -107,16 +112,31 @@ pub async fn salvage(
     };
     if !planned.keys.is_empty() {
         let proxy = proxy(s).await?;
-        for (i, history) in planned.keys.iter().enumerate() {
-            s.ctx.budget.check(|| format!("salvage in progress: {i}/{} keys checked", planned.keys.len()))?;
-            if proxy.exists(&history.key).await? {
+        let total = planned.keys.len();
+        // Keys are independent: many at once over the one connection (pipelined), each key's commands in order.
+        let rebuilt: Vec<Result<bool>> = futures_util::stream::iter(&planned.keys)
+            .map(|history| {
+                let proxy = proxy.clone();
+                async move {
+                    s.ctx.budget.check(|| format!("salvage in progress: {total} keys to check again"))?;
+                    if proxy.exists(&history.key).await? {
+                        return Ok(false);
+                    }
+                    for command in &history.commands {
+                        proxy.send(command).await?;
+                    }
+                    Ok(true)
+                }
+            })
+            .buffer_unordered(KEYS_AT_ONCE)
+            .collect()
+            .await;
+        for result in rebuilt {
+            if result? {
+                done.written += 1;
+            } else {
                 done.present += 1;
-                continue;
             }
-            for command in &history.commands {
-                proxy.send(command).await?;
-            }
-            done.written += 1;
         }
     }
     etcd.put(&key, &record.at, None).await?;
