@@ -619,6 +619,7 @@ impl Pika {
     /// Sends `command` (its name first) as it is, for its effect: its reply is not read, an error reply is an error.
     pub async fn send(&self, command: &[Vec<u8>]) -> Result<(), Error> {
         let Some((name, args)) = command.split_first() else { return Ok(()) };
+        crate::failpoint::step("salvaged write");
         let mut cmd = redis::cmd(&String::from_utf8_lossy(name));
         for arg in args {
             cmd.arg(arg.as_slice());

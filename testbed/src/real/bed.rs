@@ -301,12 +301,22 @@ impl RealBed {
     /// # Panics
     /// When it does not start (with its logs).
     pub fn start_pod(&mut self, index: usize, ordinal: u32) {
-        let env = self.container_env(index);
+        self.start_pod_with(index, ordinal, &[]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// [`RealBed::start_pod`] with `extra` variables in the container (a crash point), returning why it did not
+    /// serve instead of panicking.
+    ///
+    /// # Errors
+    /// The container exited before pika served (its start log), or pika did not answer.
+    pub fn start_pod_with(&mut self, index: usize, ordinal: u32, extra: &[(&str, &str)]) -> Result<(), String> {
+        let mut env = self.container_env(index);
+        env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let (network, servers, action) = (&self.network, &self.servers, &self.action);
         let pod = self.shards[index].pod_mut(ordinal);
         // A restart is a deletion and a recreation: a running pika is stopped as the kubelet stops it.
         pod.stop();
-        pod.start(network, servers, action, &env).unwrap_or_else(|e| panic!("{e}"));
+        pod.start(network, servers, action, &env)
     }
 
     /// The pika container's environment (the component's vars; the container adds its own).

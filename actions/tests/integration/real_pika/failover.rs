@@ -348,6 +348,20 @@ fn a_master_killed_while_a_drain_migrates_onto_its_group_loses_no_key_once_it_re
 /// master lacked, and must not write its old value over any key the new master took since.
 #[test]
 fn a_failed_over_master_back_with_its_volume_brings_back_its_last_writes_and_overwrites_none_taken_since() {
+    scenario_tail_salvaged(None);
+}
+
+/// [`a_failed_over_master_back_with_its_volume_brings_back_its_last_writes_and_overwrites_none_taken_since`] with
+/// its first start killed after 100 of its writes (a crash, or a budget spent): the next start checks every key
+/// again and finishes, with the same outcome.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "kills rejoin mid-salvage with a crash point (--features failpoints)")]
+fn a_salvage_killed_midway_finishes_at_the_next_start_and_overwrites_none_taken_since() {
+    scenario_tail_salvaged(Some("100"));
+}
+
+/// The salvage scenario; `crash_at`: the first start aborts before that mutation of its `rejoin`.
+fn scenario_tail_salvaged(crash_at: Option<&str>) {
     let mut bed = bed(1, 2, Line::V1_1, 1);
     create(&bed);
     let watcher = bed.start_watcher();
@@ -392,10 +406,16 @@ fn a_failed_over_master_back_with_its_volume_brings_back_its_last_writes_and_ove
     };
 
     bed.shards[0].pod_mut(master).kill();
+    if let Some(n) = crash_at {
+        let crashed = bed.start_pod_with(0, master, &[("PIKA_ACTION_CRASH_AT", n)]);
+        let log = bed.shards[0].pod(master).logs();
+        assert!(crashed.is_err() && log.contains("crash point"), "the first start did not crash mid-salvage:\n{log}");
+    }
     bed.start_pod(0, master);
     let rejoined = bed.shards[0].pod(master).logs();
     let salvaged: Vec<&str> = rejoined.lines().filter(|l| l.contains("came back with its binlog")).collect();
     eprintln!("lacking after the failover: {}; {}", lacking.lost.len(), salvaged.join("\n"));
+    assert!(!salvaged.is_empty(), "the restarted pod read no binlog tail:\n{rejoined}");
     let overwritten = since.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
     assert!(overwritten.is_clean(), "keys taken since the failover were overwritten: {}", overwritten.summary());
     let check = kept.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
