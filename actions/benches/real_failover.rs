@@ -16,11 +16,13 @@
 //!
 //! Cases: `plain` (one shard); `stale-proxy` (a second proxy killed with SIGKILL first, never offlined: Codis pushes
 //! every promote to it); `migrating` (three shards; a slot of 300,000 keys migrating between the other two groups
-//! when the third's master dies: Codis refuses promotes while a batch is on the wire).
+//! when the third's master dies: Codis refuses promotes while a batch is on the wire); `stalled` (one shard, the
+//! master stopped with SIGSTOP instead of killed, as a frozen process or a node gone without a reset: its connections
+//! stay open, and a promote waits until the proxy gave up on the requests sent to it, `backend_recv_timeout`).
 //!
 //! `cargo bench -p pika-action --bench real_failover` (needs root and the servers `scripts/setup.sh` installs);
 //! `REAL_FAILOVER_RUNS=n` (default 3) runs each case and way `n` times, `REAL_FAILOVER_ONLY=plain` (or `stale-proxy`,
-//! `migrating`) one case, `REAL_FAILOVER_PATIENCE_SECONDS` (default 120) bounds the wait for a failover.
+//! `migrating`, `stalled`) one case, `REAL_FAILOVER_PATIENCE_SECONDS` (default 120) bounds the wait for a failover.
 
 #[path = "support/real_bench.rs"]
 mod real_bench;
@@ -43,6 +45,7 @@ enum Case {
     Plain,
     StaleProxy,
     Migrating,
+    Stalled,
 }
 
 impl Case {
@@ -51,6 +54,7 @@ impl Case {
             Self::Plain => "plain",
             Self::StaleProxy => "stale-proxy",
             Self::Migrating => "migrating",
+            Self::Stalled => "stalled",
         }
     }
 }
@@ -74,7 +78,7 @@ fn main() {
     let runs = var("REAL_FAILOVER_RUNS", 3);
     let only = std::env::var("REAL_FAILOVER_ONLY").ok();
     let patience = Duration::from_secs(var("REAL_FAILOVER_PATIENCE_SECONDS", 120));
-    for case in [Case::Plain, Case::StaleProxy, Case::Migrating] {
+    for case in [Case::Plain, Case::StaleProxy, Case::Migrating, Case::Stalled] {
         if only.as_deref().is_some_and(|o| o != case.name()) {
             continue;
         }
@@ -171,7 +175,11 @@ fn failover(case: Case, way: Way, patience: Duration) -> Outcome {
     let owned: Vec<bool> = topology.slots.iter().map(|&g| g == gid).collect();
     let in_group = |key: &str| owned[pika_action::plan::keyslot::slot_of(key.as_bytes(), owned.len())];
     let killed = Instant::now();
-    bed.shards[index].pod_mut(master).kill();
+    if case == Case::Stalled {
+        bed.shards[index].pod(master).freeze();
+    } else {
+        bed.shards[index].pod_mut(master).kill();
+    }
     let failed_over =
         || bed.topology().group_of(&dead).and_then(|g| g.master().map(str::to_owned)).is_some_and(|m| m != dead);
     let mut moved = false;

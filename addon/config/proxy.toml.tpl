@@ -20,7 +20,7 @@ proxy_heap_placeholder = {{ .Values.codis.proxy.heapPlaceholder | quote }}
 
 backend_ping_period = "5s"
 backend_recv_bufsize = "128kb"
-backend_recv_timeout = "30s"
+backend_recv_timeout = {{ .Values.codis.proxy.backendRecvTimeout | quote }}
 backend_send_bufsize = "128kb"
 backend_send_timeout = "30s"
 backend_max_pipeline = 20480

@@ -364,11 +364,8 @@ async fn salvage_tail(
     // wipe the only copy of the tail.
     let etcd = retry(s.ctx, "reach etcd", || s.etcd_for("salvage a failed-over master's last writes")).await?;
     let s = s.with_etcd(etcd.clone());
-    let record = etcd
-        .get(&failover::record_key(&s.prefix(), gid))
-        .await?
-        .and_then(|e| serde_json::from_str::<FailoverRecord>(&e.value).ok())
-        .filter(|r| r.from.eq_ignore_ascii_case(server));
+    let record =
+        failover::last_failover(&etcd, &s.prefix(), gid).await?.filter(|r| r.from.eq_ignore_ascii_case(server));
     let Some((record, from)) = record.and_then(|r| r.promoted_at.map(|at| (r, at))) else { return Ok(()) };
     match salvage::salvage(&s, &record, from, &binlog_dir_of(config)).await? {
         salvage::Outcome::Done(done) => {

@@ -1078,7 +1078,11 @@ impl FailoverJob {
         let Some(group) = stats.group(gid) else { return Ok(None) };
         let still_master = group.master().is_some_and(|m| m.eq_ignore_ascii_case(&self.dead));
         if !still_master && !group.is_promoting() {
-            tracing::info!(gid, master = group.master().unwrap_or(""), "the master was already replaced");
+            let master = group.master().unwrap_or("");
+            if let Some(record) = self.unrecorded_promote(s, master).await {
+                return Ok(Some(record));
+            }
+            tracing::info!(gid, master, "the master was already replaced");
             return Ok(None);
         }
         if still_master && self.answers_as_master(s).await {
@@ -1114,6 +1118,31 @@ impl FailoverJob {
 }
 
 impl FailoverJob {
+    /// The record of this outage's promote when it went through unrecorded: a try whose promote call the dashboard
+    /// answered too late (it hangs while a proxy waits out requests sent to a stalled master) failed, and the next
+    /// try finds the master replaced. The handover record says who replaced whom; without the failover record, the
+    /// old master's return would salvage nothing.
+    async fn unrecorded_promote(&self, s: &Session<'_>, master: &str) -> Option<FailoverRecord> {
+        let handover = transfer::read_handover(s, self.gid)
+            .await
+            .filter(|h| h.unplanned && h.from.eq_ignore_ascii_case(&self.dead) && h.to.eq_ignore_ascii_case(master))?;
+        let last = failover::last_failover(&self.etcd, &self.prefix, self.gid).await.ok()?;
+        if last.is_some_and(|r| r.from.eq_ignore_ascii_case(&self.dead) && r.to.eq_ignore_ascii_case(master)) {
+            return None;
+        }
+        Some(FailoverRecord {
+            gid: self.gid,
+            at: failover::now_rfc3339(),
+            from: handover.from,
+            to: handover.to,
+            why: format!("{}; the promote went through while the dashboard did not answer", self.why),
+            by: format!("watcher {}", self.identity),
+            took_ms: u64::try_from(self.found.elapsed().as_millis()).unwrap_or(u64::MAX),
+            lag_bytes: self.last_position.map(|old| old.bytes_after(handover.position)),
+            promoted_at: Some(handover.position),
+        })
+    }
+
     /// Whether the master judged dead answers as a master on a new connection within [`FailoverJob::confirm`]: the
     /// last word before a promote, so that neither a pause of the watcher nor a connection dropped on the way
     /// replaces a master that serves. A master gone refuses at once (no delay), one cut off costs the confirm time.

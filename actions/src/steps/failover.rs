@@ -135,6 +135,18 @@ pub async fn store(etcd: &Etcd, prefix: &str, record: &FailoverRecord) {
     }
 }
 
+/// Group `gid`'s last failover; `None` when it had none (or its record does not parse).
+///
+/// # Errors
+/// etcd errors.
+pub async fn last_failover(
+    etcd: &Etcd,
+    prefix: &str,
+    gid: u32,
+) -> Result<Option<FailoverRecord>, crate::clients::etcd::Error> {
+    Ok(etcd.get(&record_key(prefix, gid)).await?.and_then(|e| serde_json::from_str(&e.value).ok()))
+}
+
 /// The last failover of every group that had one, by group.
 ///
 /// # Errors

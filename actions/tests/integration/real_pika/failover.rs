@@ -537,3 +537,58 @@ fn a_dashboard_hung_removing_a_frozen_proxy_fails_no_live_master_over() {
     bed.proxies[1].thaw();
     assert_kept(&bed, 0, preloaded, "preloaded keys lost");
 }
+
+/// A master that stalls (SIGSTOP: a long pause, a stalled node) for longer than a probe waits (half the detection
+/// time) but less than the detection time is kept: its probes time out, and the one after the stall answers in
+/// time. Stalled for longer than the detection time, it is failed over exactly once, and back, it follows the new
+/// master.
+#[test]
+fn a_master_stalled_less_than_the_detection_time_is_kept_and_one_stalled_longer_is_failed_over_once() {
+    let bed = bed(1, 2, Line::V1_1, 1);
+    create(&bed);
+    let preloaded = preload(&bed, "stall");
+    let watcher = bed.start_watcher();
+    let master = bed.master_ordinal(0);
+    let server = bed.shards[0].pod(master).server().to_ascii_lowercase();
+    let probed = || watcher.log().lines().any(|l| l.contains("probing a master") && l.contains(&server));
+    assert!(testbed::cluster::eventually(Duration::from_secs(20), probed), "never probed:\n{}", watcher.log());
+    std::thread::sleep(Duration::from_secs(1));
+
+    // 1.4 s: past a probe's 1 s, within the 2 s of the chart's detection time.
+    bed.shards[0].pod(master).freeze();
+    std::thread::sleep(Duration::from_millis(1400));
+    bed.shards[0].pod(master).thaw();
+    std::thread::sleep(Duration::from_secs(4));
+    let log = watcher.log();
+    assert!(!log.contains("master gone"), "a master stalled 1.4 s was judged gone:\n{log}");
+    assert_eq!(bed.master_ordinal(0), master, "a master stalled 1.4 s was replaced:\n{log}");
+
+    // 5 s: past the detection time.
+    let during = writer(&bed, "stall:w");
+    bed.shards[0].pod(master).freeze();
+    let promoted = failed_over(&bed, master, &watcher);
+    std::thread::sleep(Duration::from_secs(3));
+    bed.shards[0].pod(master).thaw();
+    let follows = || {
+        let info = bed.shards[0].pod(master).info_replication();
+        info.contains("role:slave") && info.contains(&bed.shards[0].pod(promoted).fqdn)
+    };
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(60), follows),
+        "the stalled master does not follow the new one: {}\n{}",
+        bed.shards[0].pod(master).info_replication(),
+        watcher.log()
+    );
+    // The failover is logged done once its job re-pointed the old master and saw it in sync.
+    let done = || watcher.log().contains("failover done");
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", watcher.log());
+    std::thread::sleep(Duration::from_secs(2));
+    let log = watcher.log();
+    eprintln!("{}", log.lines().filter(|l| l.contains("failover done")).collect::<Vec<_>>().join("\n"));
+    assert_eq!(log.matches("failover done").count(), 1, "not exactly one failover:\n{log}");
+    assert_eq!(bed.master_ordinal(0), promoted, "the master moved again:\n{log}");
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+    let during = during.stop();
+    let check = during.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(check.wrong.is_empty() && check.errors.is_empty(), "{}", check.summary());
+}
