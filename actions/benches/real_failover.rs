@@ -174,12 +174,15 @@ fn failover(case: Case, way: Way, patience: Duration) -> Outcome {
     let gid = topology.group_of(&dead).expect("the killed master's group").id;
     let owned: Vec<bool> = topology.slots.iter().map(|&g| g == gid).collect();
     let in_group = |key: &str| owned[pika_action::plan::keyslot::slot_of(key.as_bytes(), owned.len())];
-    let killed = Instant::now();
-    if case == Case::Stalled {
+    let killed = if case == Case::Stalled {
+        // From the moment it is stopped: a write sent while `kill -STOP` starts is still answered.
         bed.shards[index].pod(master).freeze();
+        Instant::now()
     } else {
+        let killed = Instant::now();
         bed.shards[index].pod_mut(master).kill();
-    }
+        killed
+    };
     let failed_over =
         || bed.topology().group_of(&dead).and_then(|g| g.master().map(str::to_owned)).is_some_and(|m| m != dead);
     let mut moved = false;

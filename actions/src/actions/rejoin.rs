@@ -354,15 +354,25 @@ async fn salvage_tail(
     has_data: bool,
     kube_api: Option<&str>,
 ) -> Result<()> {
-    // Only a pika that last ran as a master with data has writes of its own: a replica's restart needs no etcd.
-    // Failovers are recorded in etcd only; without it configured there is no record to go by.
+    // Only a pika that last ran as a master has writes of its own: a replica's restart needs no etcd. Failovers are
+    // recorded in etcd only; without it configured there is no record to go by.
     let text = std::fs::read_to_string(config).unwrap_or_default();
-    if persisted_master(&text).is_some() || !has_data || s.common.etcd.is_empty() {
+    if persisted_master(&text).is_some() || s.common.etcd.is_empty() {
         return Ok(());
     }
-    // etcd down: waited for within the budget, then the start fails and is retried. Starting as a replica would
-    // wipe the only copy of the tail.
-    let etcd = retry(s.ctx, "reach etcd", || s.etcd_for("salvage a failed-over master's last writes")).await?;
+    let purpose = "salvage a failed-over master's last writes";
+    let etcd = if has_data {
+        // Waited for within the budget, then the start fails and is retried: starting as a replica would wipe the
+        // only copy of the tail.
+        retry(s.ctx, "reach etcd", || s.etcd_for(purpose)).await?
+    } else {
+        // An empty volume has no tail; the failover is marked salvaged when etcd answers, so that this pod, once it
+        // holds a later history, never reads it from the old record's position.
+        match s.etcd_for(purpose).await {
+            Ok(etcd) => etcd,
+            Err(_) => return Ok(()),
+        }
+    };
     let s = s.with_etcd(etcd.clone());
     let record =
         failover::last_failover(&etcd, &s.prefix(), gid).await?.filter(|r| r.from.eq_ignore_ascii_case(server));
