@@ -422,6 +422,32 @@ fn scenario_tail_salvaged(crash_at: Option<&str>) {
     assert!(check.is_clean(), "acknowledged writes lost: {}\n{rejoined}", check.summary());
 }
 
+/// A master that takes writes its frozen replica never gets is SIGKILLed and comes back before anything failed it
+/// over (no watcher here; a container restarted within the detection time does the same): `rejoin` finds Codis
+/// still naming it master with a live replica, hands mastership over to it, and writes again, before it makes the
+/// pod a replica, what the pod's binlog holds past the promoted replica's position. No acknowledged write is lost.
+#[test]
+fn a_master_back_before_its_failover_hands_over_and_brings_back_its_last_writes() {
+    let mut bed = bed(1, 2, Line::V1_1, 1);
+    create(&bed);
+    let master = bed.master_ordinal(0);
+    let replica = bed.shards[0].pods.iter().map(|p| p.ordinal).find(|o| *o != master).expect("a replica");
+    let during = writer(&bed, "handed:w");
+    bed.shards[0].pod(replica).freeze();
+    std::thread::sleep(Duration::from_secs(1));
+    bed.shards[0].pod_mut(master).kill();
+    bed.shards[0].pod(replica).thaw();
+    let written = during.stop();
+    bed.start_pod(0, master);
+    let rejoined = bed.shards[0].pod(master).logs();
+    assert_eq!(bed.master_ordinal(0), replica, "rejoin did not hand over:\n{rejoined}");
+    let check = written.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(check.is_clean(), "acknowledged writes lost: {}\n{rejoined}", check.summary());
+    let salvaged: Vec<&str> = rejoined.lines().filter(|l| l.contains("came back with its binlog")).collect();
+    eprintln!("{}", salvaged.join("\n"));
+    assert!(!salvaged.is_empty(), "the pod handed over without reading its binlog tail:\n{rejoined}");
+}
+
 /// The Kubernetes API of the proxy test below, emulated: each proxy pod as the kubelet reports it, its
 /// `codis-proxy` container running or terminated, and the Events posted. Does not model anything else of a pod
 /// (phase, conditions, other containers), nor authentication.
