@@ -213,6 +213,17 @@ fn after_a_failover_and_the_old_masters_return_the_forks_health_checks_agree_wit
         bed.shards[0].pod(old).info_replication(),
         watcher.log()
     );
+    // The product's work ends with the re-links of the replicas copied in full (the old master copied the new one):
+    // each sends pika `SLAVEOF NO ONE` then `SLAVEOF`, and a check of the fork in between lists that replica as a
+    // master for the moment (seen once in a fresh-clone run). Judged from then on. (The new master keeps the mark
+    // it had as a replica copied at creation: nothing re-links a master.)
+    let relinked = || super::relink_marks(&bed).keys().all(|s| s.eq_ignore_ascii_case(&new_master.0));
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(60), relinked),
+        "replicas never re-linked: {:?}\n{}",
+        super::relink_marks(&bed),
+        watcher.log()
+    );
 
     let healthy = |g: &testbed::real::codis::Group| {
         !g.out_of_sync
