@@ -185,6 +185,59 @@ fn a_master_outside_a_migration_is_failed_over_while_a_large_slot_migrates() {
     assert_kept(&bed, 0, kept, "keys lost");
 }
 
+/// The proxies give up on a pika's reply after `codis.proxy.backendRecvTimeout` (5 s), which bounds a stalled
+/// master's failover. While a large slot migrates, writes into it and beside it through the same proxy wait seconds
+/// at times (clients with a 2 s timeout lost 21 writes in a run): clients patient enough (30 s) must see every write
+/// done, none cut by the proxy, bar one known refusal. Pika v4.0.1 refuses writes of new keys into the migrating
+/// slot (`SLOTSMGRT-EXEC-WRAPPER` answers `[-1,-1]` for a key that does not exist yet): never acknowledged, so
+/// never lost. The waits are the proxy's own (it retries a key in flight, and a slot's switch waits for the
+/// requests under way), not pika's replies: the test passed with the proxy's timeout at 1 s and at 50 ms.
+#[test]
+fn writes_into_and_beside_a_large_migrating_slot_may_wait_but_fail_only_by_pikas_refusal_of_new_keys() {
+    let bed = bed(2, 2, Line::V1_1, 1);
+    create(&bed);
+    let slot = pika_action::plan::keyslot::slot_of(b"{big}", bed.topology().slots.len());
+    let topology = bed.topology();
+    let from = topology.slots[slot];
+    let to = topology.groups.iter().map(|g| g.id).find(|&g| g != from).expect("another group");
+    let big: Vec<String> = (0..300_000).map(|n| format!("{{big}}:{n}")).collect();
+    let kept = Ledger::write_keys_authed(bed.proxies[0].data_addr(), Some(&bed.password), &big).expect("big slot");
+    assert_eq!(kept.acked.len(), big.len(), "{:?}", kept.errors);
+    let patient = |prefix: &str| {
+        let writer = testbed::Workload::start(testbed::WorkloadOptions {
+            prefix: prefix.to_owned(),
+            auth: Some(bed.password.clone()),
+            pace: Duration::from_millis(2),
+            timeout: Duration::from_secs(30),
+            ..testbed::WorkloadOptions::through(&[bed.proxies[0].data_addr().to_owned()])
+        });
+        assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "no write got through the proxy");
+        writer
+    };
+    let (into, beside) = (patient("{big}:w"), patient("beside:w"));
+    let out = bed.codis_admin(&["--slot-action", "--create", &format!("--sid={slot}"), &format!("--gid={to}")]);
+    assert!(out.status.success(), "{}", crate::support::describe(&out));
+    let done = || {
+        let t = bed.topology();
+        t.migrating == 0 && t.slots[slot] == to
+    };
+    assert!(testbed::cluster::eventually(Duration::from_secs(300), done), "the slot did not migrate");
+    let (into, beside) = (into.stop(), beside.stop());
+    eprintln!(
+        "into the slot: {} acked, {} failed; beside: {} acked, {} failed",
+        into.acked.len(),
+        into.failed,
+        beside.acked.len(),
+        beside.failed
+    );
+    let refused = |e: &String| e.contains("bad slotsmgrt-exec-wrapper resp");
+    let cut: Vec<&String> = into.errors.iter().chain(&beside.errors).filter(|e| !refused(e)).collect();
+    assert!(cut.is_empty(), "writes failed other than by pika's refusal of new keys in a migrating slot: {cut:?}");
+    assert!(beside.errors.is_empty(), "writes beside the slot refused: {:?}", beside.errors);
+    assert_kept(&bed, 0, kept, "keys of the migrated slot lost");
+    assert_kept(&bed, 0, into, "writes into the slot lost");
+}
+
 /// The fork's HA loops run beside the watcher and cannot be turned off (server checks every 10 s, offline checks
 /// every 2 s; the chart keeps only its master failover dormant). After the watcher's failover and the old master's
 /// return through `rejoin`, the fork's checks must settle on what the product did: the same master (the fork
