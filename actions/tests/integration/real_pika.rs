@@ -13,6 +13,7 @@ use testbed::{Ledger, Workload, WorkloadOptions};
 
 use crate::support::describe;
 
+mod conformance;
 mod failover;
 
 fn action() -> &'static Path {

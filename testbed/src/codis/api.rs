@@ -296,9 +296,9 @@ fn config(sh: &Shared) -> Config {
             sentinel_failover_timeout: "5m".into(),
             sentinel_notification_script: String::new(),
             sentinel_client_reconfig_script: String::new(),
-            sentinel_check_master_failover_interval: ms(o.stats_interval),
+            sentinel_check_master_failover_interval: ms(o.failover_check_interval),
             sentinel_master_dead_check_times: o.dead_checks,
-            sentinel_check_offline_server_interval: ms(o.stats_interval),
+            sentinel_check_offline_server_interval: ms(o.offline_check_interval),
         })
     } else {
         Config::Upstream(UpstreamConfig {
@@ -385,7 +385,11 @@ pub(crate) async fn fetch_info_pooled(
     Ok(info)
 }
 
-async fn info_of(sh: &Shared, conn: &mut Conn, section: Option<&str>) -> Result<BTreeMap<String, String>, String> {
+pub(crate) async fn info_of(
+    sh: &Shared,
+    conn: &mut Conn,
+    section: Option<&str>,
+) -> Result<BTreeMap<String, String>, String> {
     let mut info = conn.info(section).await?;
     if let Some(real) = info.get("master_addr").cloned() {
         if let Some(name) = sh.registered_name(&real) {

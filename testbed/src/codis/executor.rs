@@ -431,8 +431,9 @@ async fn process_sync_action(sh: &Shared) -> Result<(), ApiError> {
         (gid, addr, master)
     };
     let (gid, addr, master) = job;
-    // The fork forces the resync with `-f`, which real Pika and redis-server reject as a wrong number of arguments.
-    let result = set_master(sh, &addr, master.as_deref(), sh.opts.fork).await;
+    // A plain `SLAVEOF h p`, in the fork too (its `updateMasterToNewOne`); only its re-attach of a recovered offline
+    // server forces one with `-f`.
+    let result = set_master(sh, &addr, master.as_deref(), false).await;
     if let Err(e) = &result {
         tracing::warn!("redis {addr} set master failed: {e}");
     }

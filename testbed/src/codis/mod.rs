@@ -18,8 +18,9 @@
 //!   coordinator) and loses what Codis keeps in memory: `slot_action` (interval, disabled, progress), stats.
 //! - Stats refreshed in the background over pooled connections (so a `CLIENT KILL` shows as `EOF` once, as in
 //!   Codis), the rebalance planner, removal rules, promote rules and `out_of_sync`.
-//! - Pika fork mode: extra GroupServer fields filled by a health loop, automatic failover of a dead master,
-//!   `SLAVEOF h p -f` sync actions that real backends reject.
+//! - Pika fork mode: extra GroupServer fields filled by the fork's three check loops, automatic failover of a dead
+//!   master, the forced `SLAVEOF h p -f` re-attach that real backends reject, sync actions that leave the server
+//!   offline. Checked against the real fork over real pikas (`real_pika::conformance` of pika-action's tests).
 //! - Fault injection and test knobs: failed, slow or dropped requests; migration errors; holds at a precise point
 //!   of a migration; a slot whose keys are deleted instead of moved; a stuck promote.
 //!
@@ -92,9 +93,17 @@ pub struct DoubleOptions {
     pub dial_timeout: Duration,
     /// Timeout of every call to a proxy. Default 1 s.
     pub proxy_timeout: Duration,
-    /// Fork: consecutive failed health checks before a server is offline and a dead master is failed over.
-    /// Default 10 (as the fork's `sentinel_master_dead_check_times`).
+    /// Fork: failed checks of a server already in state 1 (`recall_times`) before it is offline (state 2) and, a
+    /// master, failed over. Default 10 (as the fork's `sentinel_master_dead_check_times`; the chart's is 127).
     pub dead_checks: u32,
+    /// Fork: how often servers in state 0 are checked (`sentinel_check_server_state_interval`, 10 s). Checks run on
+    /// a stats refresh, so never more often than `stats_interval`. Default 100 ms (10 s at the default tick).
+    pub server_check_interval: Duration,
+    /// Fork: how often servers in state 1 are checked again (`sentinel_check_master_failover_interval`, 2 s; the
+    /// chart's is 3600 s while its failover is on). Default 20 ms (2 s at the default tick).
+    pub failover_check_interval: Duration,
+    /// Fork: how often servers in state 2 are checked (`sentinel_check_offline_server_interval`, 2 s). Default 20 ms.
+    pub offline_check_interval: Duration,
     /// Most slots in one executor round. Default 100.
     pub migration_parallel_slots: usize,
     /// `semi-async` (default) or `sync`: the slots' `forward_method`.
@@ -123,6 +132,9 @@ impl Default for DoubleOptions {
             dial_timeout: Duration::from_secs(1),
             proxy_timeout: Duration::from_secs(1),
             dead_checks: 10,
+            server_check_interval: Duration::from_millis(100),
+            failover_check_interval: Duration::from_millis(20),
+            offline_check_interval: Duration::from_millis(20),
             migration_parallel_slots: 100,
             migration_method: "semi-async".into(),
             redis_stand_ins: true,
@@ -600,6 +612,9 @@ impl CodisDouble {
         rt.handle().spawn(executor::run_slots(shared.clone()));
         rt.handle().spawn(executor::run_syncs(shared.clone()));
         rt.handle().spawn(stats::run(shared.clone()));
+        if shared.opts.fork {
+            rt.handle().spawn(stats::run_health(shared.clone()));
+        }
         Ok(Self { shared, listener, _rt: rt })
     }
 

@@ -460,7 +460,8 @@ impl Topo {
         }
         let host = |addr: &str| addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
         let mut by_priority: [Vec<String>; 3] = Default::default();
-        for s in g.servers.iter().filter(|s| s.replica_group) {
+        // The fork also leaves out servers not in its state 0 (`toReplicaGroups`).
+        for s in g.servers.iter().filter(|s| s.replica_group && s.state.unwrap_or(0) == 0) {
             let priority = match proxy {
                 Some(p) if p.datacenter == s.datacenter => usize::from(host(&p.admin_addr) != host(&s.server)),
                 _ => 2,
@@ -582,8 +583,6 @@ pub(crate) struct Memory {
     pub(crate) slot_action: SlotActionStats,
     pub(crate) server_stats: BTreeMap<String, ServerStats>,
     pub(crate) proxy_stats: BTreeMap<String, ProxyStatsEntry>,
-    /// Fork health: consecutive failed checks per server.
-    pub(crate) fail_counts: BTreeMap<String, u32>,
 }
 
 /// Everything the double holds: the stored model, what Codis keeps in memory, and test knobs.

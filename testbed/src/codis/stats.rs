@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::api::{fetch_info_pooled, group_batches, push, reinit, set_master};
+use super::api::{fetch_info_pooled, group_batches, info_of, push, reinit, set_master};
 use super::model::{Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats};
 use super::proxy_client::ProxyClient;
+use super::resp::Conn;
 use super::wire::{self, ApiError};
 use super::Shared;
 
@@ -109,9 +110,6 @@ async fn refresh(sh: &Arc<Shared>) {
         proxy_stats.retain(|token, _| st.topo.proxies.contains_key(token));
         st.mem.proxy_stats = proxy_stats;
     }
-    if sh.opts.fork {
-        health(sh, &reach).await;
-    }
     for p in to_reonline {
         // Codis re-onlines a proxy that reports `online: false, closed: false` (it was restarted).
         let _op = sh.op.lock().await;
@@ -135,136 +133,263 @@ fn binlog(info: &BTreeMap<String, String>) -> (u64, u64) {
     (0, info.get("master_repl_offset").and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// Fork health checks: refresh healthy servers in place, count failures, re-attach recovered offline slaves with
-/// the forced `SLAVEOF h p -f` (which real backends reject, so they stay offline), and fail over dead masters.
+/// The fork's three check loops, each on its own period, until the runtime stops: each reads `INFO replication`
+/// of the servers in its state on a fresh connection, waiting as long as the fork does (10 s for servers in state
+/// 0, 5 s for the others), apart from the stats refresh (whose 1 s timeout would take a slow pika for a dead one).
+pub(crate) async fn run_health(shared: Arc<Shared>) {
+    let o = &shared.opts;
+    let period = o.server_check_interval.min(o.failover_check_interval).min(o.offline_check_interval);
+    let mut ticker = tokio::time::interval(period.max(std::time::Duration::from_millis(1)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: [Option<tokio::time::Instant>; 3] = [None; 3];
+    loop {
+        ticker.tick().await;
+        if shared.is_paused() || shared.state().stats_held {
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        let periods = [o.server_check_interval, o.failover_check_interval, o.offline_check_interval];
+        let mut due = [false; 3];
+        for (k, every) in periods.iter().enumerate() {
+            due[k] = last[k].is_none_or(|t| now.duration_since(t) >= *every);
+            if due[k] {
+                last[k] = Some(now);
+            }
+        }
+        if due.iter().any(|d| *d) {
+            check(&shared, due).await;
+        }
+    }
+}
+
+/// One round of the check loops that are `due` (by state 0, 1, 2).
+async fn check(sh: &Arc<Shared>, due: [bool; 3]) {
+    let servers: Vec<(String, u64)> = {
+        let st = sh.state();
+        st.topo
+            .groups
+            .values()
+            .flat_map(|g| g.servers.iter())
+            .filter_map(|s| {
+                let state = usize::try_from(s.state.unwrap_or(0)).ok()?;
+                due.get(state).copied().unwrap_or(false).then(|| (s.server.clone(), if state == 0 { 10 } else { 5 }))
+            })
+            .collect()
+    };
+    if servers.is_empty() {
+        return;
+    }
+    let mut set = JoinSet::new();
+    for (addr, secs) in servers {
+        let sh = sh.clone();
+        set.spawn(async move {
+            let read = async {
+                let mut conn = Conn::dial(&sh.dial_target(&addr), sh.password(), sh.opts.dial_timeout).await?;
+                info_of(&sh, &mut conn, Some("replication")).await
+            };
+            let r = tokio::time::timeout(std::time::Duration::from_secs(secs), read).await;
+            (addr, r.ok().and_then(Result::ok))
+        });
+    }
+    let mut reach: Reachability = BTreeMap::new();
+    while let Some(joined) = set.join_next().await {
+        if let Ok((addr, info)) = joined {
+            reach.insert(addr, info);
+        }
+    }
+    health(sh, &reach).await;
+}
+
+/// The fork's `CheckStateAndSwitchSlavesAndMasters` over the servers just read (`None`: no answer in time): a reachable server in state 0 or 1 is refreshed in place; an
+/// unreachable one goes to state 1, then counts `recall_times` until `dead_checks`, then is offline (state 2); a
+/// group with a server down is marked out of sync and its slots pushed again; a dead master is failed over; a
+/// reachable offline server is re-attached (`tryFixReplicationRelationship`).
 async fn health(sh: &Shared, reach: &Reachability) {
     let _op = sh.op.lock().await;
-    let dead_checks = sh.opts.dead_checks.max(1);
-    let mut reattach: Vec<(u32, String, String)> = Vec::new();
-    let mut failover: Vec<u32> = Vec::new();
+    let dead_checks = i64::from(sh.opts.dead_checks.max(1));
+    let mut slave_offline: Vec<u32> = Vec::new();
+    let mut master_offline: Vec<u32> = Vec::new();
+    let mut recovered: Vec<(u32, usize, BTreeMap<String, String>)> = Vec::new();
     {
         let mut st = sh.state();
         let st = &mut *st;
         for g in st.topo.groups.values_mut() {
-            let promoting = !g.promoting.state.is_nothing();
-            let master = g.master().unwrap_or_default().to_owned();
             for (i, s) in g.servers.iter_mut().enumerate() {
+                let state = s.state.unwrap_or(0);
                 match reach.get(&s.server) {
                     None => {}
+                    Some(Some(info)) if state == 2 => recovered.push((g.id, i, info.clone())),
                     Some(Some(info)) => {
-                        st.mem.fail_counts.remove(&s.server);
-                        let (file, offset) = binlog(info);
-                        s.role = Some(info.get("role").cloned().unwrap_or_default());
-                        s.binlog_file_num = Some(file);
-                        s.binlog_offset = Some(offset);
-                        s.is_eligible_for_master_election =
-                            Some(info.get("is_eligible_for_master_election").is_none_or(|v| v == "true"));
-                        if s.state == Some(2) {
-                            if i == 0 {
-                                s.state = Some(0);
-                            } else if !promoting {
-                                reattach.push((g.id, s.server.clone(), master.clone()));
-                            }
-                        } else {
-                            s.state = Some(0);
-                            s.replica_group = true;
-                            // Observed: healthy servers show `synced` even if never attached; running actions are
-                            // left alone so the sync executor can finish them.
-                            if !matches!(s.action.state, ServerActionState::Pending | ServerActionState::Syncing) {
-                                s.action = ServerAction { index: 0, state: ServerActionState::Synced };
-                            }
-                        }
+                        refresh_server(s, info);
                     }
+                    Some(None) if state == 0 => s.state = Some(1),
                     Some(None) => {
-                        let count = st.mem.fail_counts.entry(s.server.clone()).or_insert(0);
-                        *count += 1;
-                        if *count >= dead_checks {
+                        let recalls = s.recall_times.unwrap_or(0) + 1;
+                        s.recall_times = Some(recalls);
+                        if recalls >= dead_checks {
                             s.state = Some(2);
                             s.action = ServerAction::default();
                             s.replica_group = false;
-                            if i == 0 && !promoting && !failover.contains(&g.id) {
-                                failover.push(g.id);
-                            }
-                        } else if s.state == Some(0) {
-                            s.state = Some(1);
+                        }
+                        let list = if s.state == Some(2) && i == 0 { &mut master_offline } else { &mut slave_offline };
+                        if !list.contains(&g.id) {
+                            list.push(g.id);
                         }
                     }
                 }
             }
         }
     }
-    for (gid, addr, master) in reattach {
-        let result = set_master(sh, &addr, Some(&master), true).await;
-        let mut st = sh.state();
-        if let Some(s) = st.topo.groups.get_mut(&gid).and_then(|g| g.servers.iter_mut().find(|s| s.server == addr)) {
-            s.recall_times = Some(s.recall_times.unwrap_or(0) + 1);
-            if result.is_ok() {
-                s.state = Some(0);
-            }
+    for gid in slave_offline {
+        // Out of sync until a later check brings the server back: the fork never clears it here.
+        set_out_of_sync(sh, gid, true);
+        resync(sh, gid).await;
+    }
+    let masters_down = master_offline.len();
+    for gid in master_offline {
+        set_out_of_sync(sh, gid, true);
+        if fail_over(sh, gid).await && resync(sh, gid).await {
+            set_out_of_sync(sh, gid, false);
         }
     }
-    for gid in failover {
-        fail_over(sh, gid).await;
+    for (gid, index, info) in recovered {
+        set_out_of_sync(sh, gid, true);
+        if reattach(sh, gid, index, &info, masters_down).await && resync(sh, gid).await {
+            set_out_of_sync(sh, gid, false);
+        }
     }
 }
 
-/// Promotes the best reachable slave of a group whose master is offline: `SLAVEOF NO ONE` on it, swap it into
-/// index 0, re-point the other normal slaves (plain `SLAVEOF`), push the group's slots.
-async fn fail_over(sh: &Shared, gid: u32) {
+/// A reachable server's fields from its INFO, as the fork's checks refresh them.
+fn refresh_server(s: &mut super::model::GroupServer, info: &BTreeMap<String, String>) {
+    let (file, offset) = binlog(info);
+    s.state = Some(0);
+    s.recall_times = Some(0);
+    s.replica_group = true;
+    s.role = Some(info.get("role").cloned().unwrap_or_default());
+    s.binlog_file_num = Some(file);
+    s.binlog_offset = Some(offset);
+    s.is_eligible_for_master_election = Some(info.get("is_eligible_for_master_election").is_none_or(|v| v == "true"));
+    // Even over a pending or running sync action, as the fork does.
+    s.action = ServerAction { index: 0, state: ServerActionState::Synced };
+}
+
+/// Pushes group `gid`'s slots to every proxy; whether all took them.
+async fn resync(sh: &Shared, gid: u32) -> bool {
+    let batches = group_batches(&sh.state().topo, gid);
+    match push(sh, batches).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("group-[{gid}] notify all proxy failed: {e}");
+            false
+        }
+    }
+}
+
+fn set_out_of_sync(sh: &Shared, gid: u32, value: bool) {
+    if let Some(g) = sh.state().topo.groups.get_mut(&gid) {
+        g.out_of_sync = value;
+    }
+}
+
+/// The fork's `tryFixReplicationRelationship` for server `index` of group `gid`, offline and answering again:
+/// `true` when it returned no error (the group's slots are then pushed and the group back in sync). A master is
+/// left alone while another group's master is down, else told `SLAVEOF NO ONE`; a replica already following the
+/// master is left offline (never, in fact: the fork reads `master_host` and `master_port` swapped), else is sent the
+/// forced `SLAVEOF h p -f`, which pika and redis-server reject. Only a command that went through brings it back.
+async fn reattach(sh: &Shared, gid: u32, index: usize, info: &BTreeMap<String, String>, masters_down: usize) -> bool {
+    let (addr, master) = {
+        let st = sh.state();
+        let Some(g) = st.topo.groups.get(&gid) else { return false };
+        let Some(s) = g.servers.get(index) else { return false };
+        (s.server.clone(), g.master().unwrap_or_default().to_owned())
+    };
+    let result = if index == 0 {
+        if info.get("role").is_some_and(|r| r == "master") && masters_down > 0 {
+            return true;
+        }
+        set_master(sh, &addr, None, false).await
+    } else {
+        let (host, port) = (info.get("master_port"), info.get("master_host"));
+        let follows = match (host, port) {
+            (Some(h), Some(p)) if !h.is_empty() => format!("{h}:{p}") == master,
+            _ => false,
+        };
+        if follows {
+            return true;
+        }
+        set_master(sh, &addr, Some(&master), true).await
+    };
+    if let Err(e) = result {
+        tracing::warn!("group-[{gid}] fix server[{addr}] replication relationship failed: {e}");
+        return false;
+    }
+    let mut st = sh.state();
+    if let Some(s) = st.topo.groups.get_mut(&gid).and_then(|g| g.servers.get_mut(index)).filter(|s| s.server == addr) {
+        refresh_server(s, info);
+    }
+    true
+}
+
+/// The fork's `trySwitchGroupMaster` for a group whose master is offline: the first state-0 eligible replica with
+/// the highest (binlog file, offset) is told `SLAVEOF NO ONE` and swapped into index 0; every other state-0 server
+/// is pointed at it (a forced `SLAVEOF h p -f` for one not eligible), and one that refuses goes offline. `true` when
+/// the switch went through (the caller then pushes the group's slots).
+async fn fail_over(sh: &Shared, gid: u32) -> bool {
     let plan = {
         let st = sh.state();
         let Some(g) = st.topo.groups.get(&gid) else {
-            return;
+            return false;
         };
-        if g.servers.first().and_then(|s| s.state) != Some(2) || !g.promoting.state.is_nothing() {
-            return;
+        let mut best: Option<(usize, &super::model::GroupServer)> = None;
+        for (i, s) in g.servers.iter().enumerate().skip(1) {
+            if s.state != Some(0) || s.is_eligible_for_master_election != Some(true) {
+                continue;
+            }
+            let position =
+                |s: &super::model::GroupServer| (s.binlog_file_num.unwrap_or(0), s.binlog_offset.unwrap_or(0));
+            if best.is_none_or(|(_, b)| position(s) > position(b)) {
+                best = Some((i, s));
+            }
         }
-        let best = g
-            .servers
-            .iter()
-            .enumerate()
-            .skip(1)
-            .filter(|(_, s)| s.state == Some(0) && s.is_eligible_for_master_election != Some(false))
-            .max_by_key(|(i, s)| (s.binlog_file_num.unwrap_or(0), s.binlog_offset.unwrap_or(0), std::cmp::Reverse(*i)));
         let Some((index, new_master)) = best else {
-            tracing::warn!("group-[{gid}] master is offline and no slave can take over");
-            return;
+            tracing::warn!("group {gid} don't has any slaves to switch master");
+            return false;
         };
-        let others: Vec<String> = g
-            .servers
-            .iter()
-            .enumerate()
-            .skip(1)
-            .filter(|(i, s)| *i != index && s.state == Some(0))
-            .map(|(_, s)| s.server.clone())
-            .collect();
-        (index, new_master.server.clone(), others)
+        (index, new_master.server.clone())
     };
-    let (index, new_master, others) = plan;
+    let (index, new_master) = plan;
     if let Err(e) = set_master(sh, &new_master, None, false).await {
-        tracing::warn!("group-[{gid}] failover to {new_master} failed: {e}");
-        return;
+        tracing::warn!("group-[{gid}] promote server[{new_master}] to new master failed: {e}");
+        return false;
     }
-    {
+    let others: Vec<(String, bool)> = {
         let mut st = sh.state();
         let Some(g) = st.topo.groups.get_mut(&gid) else {
-            return;
+            return false;
         };
         if g.servers.get(index).map(|s| s.server.as_str()) != Some(new_master.as_str()) {
-            return;
+            return false;
         }
+        g.servers[index].role = Some("master".into());
+        g.servers[index].action = ServerAction { index: 0, state: ServerActionState::Synced };
         g.servers.swap(0, index);
-        g.servers[0].role = Some("master".into());
-        // An HA switch sets out_of_sync; only a resync through the API clears it.
-        g.out_of_sync = true;
-    }
-    for other in others {
-        if let Err(e) = set_master(sh, &other, Some(&new_master), false).await {
+        g.servers
+            .iter()
+            .filter(|s| s.state == Some(0) && s.server != new_master)
+            .map(|s| (s.server.clone(), s.is_eligible_for_master_election == Some(true)))
+            .collect()
+    };
+    for (other, eligible) in others {
+        if let Err(e) = set_master(sh, &other, Some(&new_master), !eligible).await {
             tracing::warn!("group-[{gid}] re-point {other} to {new_master} failed: {e}");
+            let mut st = sh.state();
+            if let Some(s) = st.topo.groups.get_mut(&gid).and_then(|g| g.servers.iter_mut().find(|s| s.server == other))
+            {
+                s.action = ServerAction { index: 0, state: ServerActionState::SyncedFailed };
+                s.state = Some(2);
+            }
         }
     }
-    let batch = group_batches(&sh.state().topo, gid);
-    if let Err(e) = push(sh, batch).await {
-        tracing::warn!("group-[{gid}] resync after failover failed: {e}");
-    }
+    true
 }

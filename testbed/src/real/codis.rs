@@ -127,6 +127,17 @@ impl Dashboard {
         Ok(Self { addr, dir, child: Some(child) })
     }
 
+    /// One request to its HTTP API (`{xauth}` in `path` replaced by the product's), as the double's
+    /// [`crate::CodisDouble::call_with_body`] makes one: the conformance check sends both the same.
+    #[must_use]
+    pub fn call(&self, product: &str, method: &str, path: &str, body: &str) -> crate::codis::HttpReply {
+        let path = path.replace("{xauth}", &crate::codis::xauth(product));
+        match crate::httpd::blocking_request(&self.addr, method, &path, body) {
+            Ok((status, body)) => crate::codis::HttpReply { status, body },
+            Err(e) => crate::codis::HttpReply { status: 0, body: e.to_string() },
+        }
+    }
+
     /// `127.0.0.1:<port>`: CODIS_DASHBOARD_ADDR.
     #[must_use]
     pub fn addr(&self) -> &str {
