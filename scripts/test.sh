@@ -58,6 +58,12 @@ for module in actions/tests/failpoints/crash_*.rs; do
     status=1
   fi
 done
+# The real-pika crash tests (actions/tests/integration/real_pika/crash.rs) run in the integration binary, gated on
+# the same feature.
+if ! compgen -G "$reliability/crash-*.jsonl" >/dev/null; then
+  echo "the real-pika fail-point test real_pika/crash.rs did not run (or recorded nothing)" >&2
+  status=1
+fi
 echo
 if ! cargo fmt --all --check >/dev/null; then
   echo "cargo fmt --check: the tree is not formatted (run cargo fmt --all)" >&2

@@ -14,6 +14,8 @@ use testbed::{Ledger, Workload, WorkloadOptions};
 use crate::support::describe;
 
 mod conformance;
+#[cfg(feature = "failpoints")]
+mod crash;
 mod failover;
 
 fn action() -> &'static Path {

@@ -1,0 +1,118 @@
+//! Crash tests on the real servers (feature `failpoints`, issue 36): an action killed before each of its mutations
+//! in turn — every Codis PUT, pika SLAVEOF and CONFIG REWRITE, etcd write — on real pika v4.0.1 and the fork's
+//! dashboard and proxy, then run again as KubeBlocks' next call would, must converge with no key lost.
+//!
+//! One bed serves every crash point of a test (a bed and its cluster take most of a minute to start): each point
+//! crashes the next operation on the cluster the previous rerun left, so each also starts from a state an earlier
+//! crash and its recovery produced.
+
+use std::time::Duration;
+
+use testbed::real::bed::{Line, RealBed};
+
+use super::{created, run_to_completion, Traffic};
+use crate::summary::Category;
+use crate::support::describe;
+
+/// Points a master switchover has: the topology lock and the fence in etcd, the promote, SLAVEOF and CONFIG
+/// REWRITE for the other replica and for the old master, the fence's removal.
+const MINIMUM_POINTS: usize = 7;
+
+/// The fence of shard `index`'s group in etcd (the switchover's target), if any.
+fn fence(bed: &RealBed, index: usize) -> Option<String> {
+    let gid = bed.topology().group_of(&bed.shards[index].pods[0].server()).expect("the shard's group").id;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    rt.block_on(async {
+        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
+        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+        let key = pika_action::steps::transfer::fence_key(&prefix, gid);
+        etcd.get(&key).await.expect("read the fence").map(|e| e.value)
+    })
+}
+
+/// Promotes the dashboard finished so far: it logs each one's last step once (`topom_group.go`, "resync to
+/// finished").
+fn promotes(bed: &RealBed) -> usize {
+    bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to finished")).count()
+}
+
+/// The ordinals of shard `index` whose pika says `role:master`.
+fn pika_masters(bed: &RealBed, index: usize) -> Vec<u32> {
+    bed.shards[index].pods.iter().filter(|p| p.role() == "master").map(|p| p.ordinal).collect()
+}
+
+/// A master switchover killed before each of its mutations, then run again: the master moved exactly once to
+/// another pod, which alone is a pika master, every other pod follows it in sync, the fence is gone; the crash just
+/// before the promote left the fence naming the target and Codis and the pikas untouched; every key acknowledged
+/// through the fork's proxy before and during the runs is still readable.
+#[test]
+fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
+    let bed = created(1, 3, Line::V1_1);
+    let traffic = Traffic::start(&bed, "crash-switchover");
+    let mut points = Category::new("crash: switchover, real pika and fork");
+    let promoted_at_start = promotes(&bed);
+    let mut tried: Vec<(usize, String)> = Vec::new();
+    let mut between_fence_and_promote = false;
+    let mut completed = false;
+    for n in 1..=40 {
+        let before = bed.master_ordinal(0);
+        let mut env = bed.switchover_env(0);
+        // Long enough that the rerun outwaits the dead run's topology lock (15 s lease) in one go.
+        env.insert("ACTION_BUDGET_SECONDS".into(), "75".into());
+        env.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+        let out = bed.run(&["switchover"], &env);
+        if out.status.code() == Some(0) {
+            completed = true;
+            assert_ne!(bed.master_ordinal(0), before, "the uncrashed switchover did not move the master");
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let marker = format!("crash point {n}: aborting before ");
+        let what = stderr
+            .lines()
+            .find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()))
+            .unwrap_or_else(|| panic!("run {n} neither finished nor crashed: {}", describe(&out)));
+        let label = format!("crash point {n:>2}: before {what}");
+        points.trial(&label, || {
+            if what.contains("/group/promote/") {
+                let target = fence(&bed, 0).expect("the fence is written before the promote");
+                assert_ne!(target, bed.shards[0].pod(before).server(), "the fence names the master");
+                assert_eq!(bed.master_ordinal(0), before, "promoted before the promote");
+                assert_eq!(pika_masters(&bed, 0), vec![before], "a pika changed role before the promote");
+                between_fence_and_promote = true;
+            }
+            env.remove("PIKA_ACTION_CRASH_AT");
+            run_to_completion(&bed, &["switchover"], &env);
+            let master = bed.master_ordinal(0);
+            assert_ne!(master, before, "the master did not move");
+            assert_eq!(fence(&bed, 0), None, "the fence was left behind");
+            super::assert_healthy(&bed);
+            let settled = testbed::cluster::eventually(Duration::from_secs(30), || pika_masters(&bed, 0) == [master]);
+            assert!(settled, "pika masters {:?}, Codis lists {master}", pika_masters(&bed, 0));
+        });
+        eprintln!("{label}: tried");
+        tried.push((n, what));
+    }
+    assert!(completed, "the switchover never completed within 40 crash points");
+    assert!(between_fence_and_promote, "no crash point between the fence and the promote: {tried:?}");
+    assert!(
+        tried.len() >= MINIMUM_POINTS,
+        "only {} crash points ({tried:?}); every Codis, pika and etcd mutation must call failpoint::step",
+        tried.len()
+    );
+    points.trial("one promote per switchover", || {
+        // The dashboard's log reaches its file late at times (seen 20 s behind the promote): counted once, at the end.
+        let expected = tried.len() + 1;
+        let counted =
+            testbed::cluster::eventually(Duration::from_secs(60), || promotes(&bed) - promoted_at_start >= expected);
+        let log = bed.dashboard.whole_log();
+        let lines: Vec<&str> =
+            log.lines().filter(|l| l.contains("resync to") || l.contains("/group/promote/")).collect();
+        assert!(counted, "fewer promotes than switchovers:\n{}", lines.join("\n"));
+        assert_eq!(promotes(&bed) - promoted_at_start, expected, "promotes:\n{}", lines.join("\n"));
+    });
+    points.trial("no acknowledged key lost over every crash and rerun", || {
+        let _ = traffic.finish(&bed);
+    });
+    points.finish();
+}
