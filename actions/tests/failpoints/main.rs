@@ -20,8 +20,6 @@ mod support;
 mod crash_member_leave;
 mod crash_pre_terminate;
 mod crash_provision;
-mod crash_rejoin;
 mod crash_scale_in;
 mod crash_scale_many;
-mod crash_switchover;
 mod crash_watcher;
