@@ -4,7 +4,8 @@
 //!
 //! One bed serves every crash point of a test (a bed and its cluster take most of a minute to start): each point
 //! crashes the next operation on the cluster the previous rerun left, so each also starts from a state an earlier
-//! crash and its recovery produced.
+//! crash and its recovery produced. The dead run's locks are removed before the rerun, as their lease's expiry
+//! would remove them 15 s later (the wait for a held lock is tested on its own).
 
 use std::time::Duration;
 
@@ -28,6 +29,20 @@ fn fence(bed: &RealBed, index: usize) -> Option<String> {
         let key = pika_action::steps::transfer::fence_key(&prefix, gid);
         etcd.get(&key).await.expect("read the fence").map(|e| e.value)
     })
+}
+
+/// What the lease of a killed run expiring does, without waiting its TTL (15 s) out: its lock keys go.
+fn expire_locks(bed: &RealBed) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    rt.block_on(async {
+        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
+        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+        for (key, _) in etcd.list(&prefix).await.expect("list the cluster's keys") {
+            if key.contains("/locks/") {
+                etcd.delete(&key).await.expect("delete a lock");
+            }
+        }
+    });
 }
 
 /// Promotes the dashboard ran so far: each logs "resync to prepared" once (`topom_group.go`). Not its last line,
@@ -57,8 +72,6 @@ fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_ag
     for n in 1..=40 {
         let before = bed.master_ordinal(0);
         let mut env = bed.switchover_env(0);
-        // Long enough that the rerun outwaits the dead run's topology lock (15 s lease) in one go.
-        env.insert("ACTION_BUDGET_SECONDS".into(), "75".into());
         env.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
         let out = bed.run(&["switchover"], &env);
         if out.status.code() == Some(0) {
@@ -82,6 +95,7 @@ fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_ag
                 between_fence_and_promote = true;
             }
             env.remove("PIKA_ACTION_CRASH_AT");
+            expire_locks(&bed);
             run_to_completion(&bed, &["switchover"], &env);
             let master = bed.master_ordinal(0);
             assert_ne!(master, before, "the master did not move");
@@ -158,6 +172,7 @@ fn an_empty_masters_rejoin_killed_at_any_mutation_converges_on_real_pika_when_st
         let label = what.as_ref().map_or_else(|| "no crash (it completed)".to_owned(), |w| format!("before {w}"));
         points.trial(format!("crash point {n:>2}: {label}"), || {
             if what.is_some() {
+                expire_locks(&bed);
                 bed.start_pod(0, before);
             }
             let master = bed.master_ordinal(0);
@@ -191,6 +206,123 @@ fn an_empty_masters_rejoin_killed_at_any_mutation_converges_on_real_pika_when_st
             log.lines().filter(|l| l.contains("resync to") || l.contains("/group/promote/")).collect();
         let found = promotes(&bed) - promoted_at_start;
         assert!(counted && found == expected, "{found} promotes for {expected} handovers:\n{}", lines.join("\n"));
+    });
+    points.finish();
+}
+
+/// The variables of `member-leave` (or `member-join`, with `kind` "JOIN") of pod `ordinal` of shard 0.
+fn member_env(bed: &RealBed, kind: &str, ordinal: u32) -> std::collections::BTreeMap<String, String> {
+    let pod = bed.shards[0].pod(ordinal);
+    let extra = [
+        (format!("KB_{kind}_MEMBER_POD_NAME"), pod.name.clone()),
+        (format!("KB_{kind}_MEMBER_POD_FQDN"), pod.fqdn.clone()),
+    ];
+    let mut env = bed.env(0);
+    env.extend(extra);
+    env
+}
+
+/// `member-leave` of a replica, then of the master, killed before each of its mutations (the lock, the fence, the
+/// promote, the other members' SLAVEOF and CONFIG REWRITE, the fence's removal, the `group/del`), then run again as
+/// KubeBlocks requeues it, on one bed (after each leave a new pod joins, so the shard keeps three): the pod gone
+/// from Codis, another pod the master Codis lists and the only pika master among the rest, every remaining pod in
+/// sync, no fence left; one promote per master leaving and none per replica; every key acknowledged through the
+/// fork's proxy kept.
+#[test]
+fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
+    let mut bed = created(1, 3, Line::V1_1);
+    let traffic = Traffic::start(&bed, "crash-leave");
+    let mut points = Category::new("crash: member-leave, real pika and fork");
+    let promoted_at_start = promotes(&bed);
+    let mut masters_left = 0;
+    let mut switchovers = 0;
+    for master_leaves in [false, true] {
+        let mut completed = false;
+        for n in 1..=40 {
+            // KubeBlocks removes the highest ordinal (and, to scale in a master, switches it over first); the next
+            // pod to join takes the ordinal again, so the bed's ordinals stay within three.
+            let leaving = bed.shards[0].pods.iter().map(|p| p.ordinal).max().expect("pods");
+            let is_master = bed.master_ordinal(0) == leaving;
+            if master_leaves != is_master {
+                let target = if master_leaves {
+                    leaving
+                } else {
+                    bed.shards[0].pods.iter().map(|p| p.ordinal).find(|&o| o != leaving).expect("another pod")
+                };
+                let pod = bed.shards[0].pod(target);
+                let mut env = bed.switchover_env(0);
+                env.insert("KB_SWITCHOVER_CANDIDATE_NAME".into(), pod.name.clone());
+                env.insert("KB_SWITCHOVER_CANDIDATE_FQDN".into(), pod.fqdn.clone());
+                run_to_completion(&bed, &["switchover"], &env);
+                assert_eq!(bed.master_ordinal(0), target, "the switchover to the candidate");
+                switchovers += 1;
+            }
+            let master = bed.master_ordinal(0);
+            let env = member_env(&bed, "LEAVE", leaving);
+            let mut crashing = env.clone();
+            crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+            let out = bed.run(&["member-leave"], &crashing);
+            let marker = format!("crash point {n}: aborting before ");
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            let what = stderr.lines().find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()));
+            if out.status.code() != Some(0) && what.is_none() {
+                panic!("run {n} neither finished nor crashed: {}", describe(&out));
+            }
+            let who = if master_leaves { "the master" } else { "a replica" };
+            let label = format!("{who} leaving, crash point {n:>2}: {}", what.as_deref().unwrap_or("no crash"));
+            points.trial(&label, || {
+                if what.is_some() {
+                    expire_locks(&bed);
+                    run_to_completion(&bed, &["member-leave"], &env);
+                }
+                let topology = bed.topology();
+                let group = topology.group_of(&bed.shards[0].pod(master).server()).or_else(|| {
+                    let other = bed.shards[0].pods.iter().find(|p| p.ordinal != leaving).expect("another pod");
+                    topology.group_of(&other.server())
+                });
+                let group = group.expect("the shard's group");
+                let gone = bed.shards[0].pod(leaving).server();
+                assert!(!group.servers.contains(&gone), "the pod is still in Codis: {group:?}");
+                let now = bed.shards[0].pods.iter().find(|p| Some(p.server().as_str()) == group.master());
+                let now = now.expect("a master of the shard's pods").ordinal;
+                if master_leaves {
+                    assert_ne!(now, leaving, "the leaving master is still the master");
+                } else {
+                    assert_eq!(now, master, "the master moved for a replica leaving");
+                }
+                assert_eq!(fence(&bed, 0), None, "the fence was left behind");
+                let rest = || pika_masters(&bed, 0).into_iter().filter(|&o| o != leaving).collect::<Vec<_>>();
+                let settled = testbed::cluster::eventually(Duration::from_secs(30), || rest() == [now]);
+                assert!(settled, "pika masters among the rest {:?}, Codis lists {now}", rest());
+            });
+            eprintln!("{label}: tried");
+            if master_leaves {
+                masters_left += 1;
+            }
+            // The pod goes, as KubeBlocks deletes it, and a new one joins so the next point starts from three.
+            bed.remove_pod(0, leaving);
+            let joined = bed.add_pod(0);
+            run_to_completion(&bed, &["member-join"], &member_env(&bed, "JOIN", joined));
+            super::assert_healthy(&bed);
+            if what.is_none() {
+                completed = true;
+                break;
+            }
+        }
+        assert!(completed, "member-leave never completed within 40 crash points");
+    }
+    points.trial("one promote per master leaving or switchover, none per replica", || {
+        let expected = masters_left + switchovers;
+        let counted =
+            testbed::cluster::eventually(Duration::from_secs(60), || promotes(&bed) - promoted_at_start >= expected);
+        let found = promotes(&bed) - promoted_at_start;
+        assert!(
+            counted && found == expected,
+            "{found} promotes for {masters_left} masters leaving and {switchovers} switchovers"
+        );
+    });
+    points.trial("no acknowledged key lost over every crash and rerun", || {
+        let _ = traffic.finish(&bed);
     });
     points.finish();
 }
