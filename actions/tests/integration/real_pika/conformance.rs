@@ -58,28 +58,9 @@ struct Side<'a> {
 impl Side<'_> {
     /// `text` with each of this side's pod addresses written `<pod-i>`: pika reports its peers by address.
     fn neutral(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        // Longest first, and only whole addresses: 10.213.0.1 is not inside 10.213.0.12.
-        let mut ips: Vec<(usize, &String)> = self.ips.iter().enumerate().collect();
-        ips.sort_by_key(|(_, ip)| std::cmp::Reverse(ip.len()));
-        for (i, ip) in ips {
-            let mut result = String::with_capacity(out.len());
-            let mut rest = out.as_str();
-            while let Some(pos) = rest.find(ip.as_str()) {
-                let end = pos + ip.len();
-                let next_is_digit = rest[end..].chars().next().is_some_and(|c| c.is_ascii_digit());
-                result.push_str(&rest[..pos]);
-                if next_is_digit {
-                    result.push_str(ip);
-                } else {
-                    result.push_str(&format!("<pod-{i}>"));
-                }
-                rest = &rest[end..];
-            }
-            result.push_str(rest);
-            out = result;
-        }
-        out
+        let pods: BTreeMap<String, String> =
+            self.ips.iter().enumerate().map(|(i, ip)| (format!("<pod-{i}>"), ip.clone())).collect();
+        Normaliser::new(&pods).apply(text)
     }
 
     fn send(&self, steps: &mut Vec<Step>, what: &str, method: &'static str, path: &str, body: &str) -> HttpReply {

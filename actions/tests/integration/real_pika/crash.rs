@@ -51,6 +51,16 @@ fn promotes(bed: &RealBed) -> usize {
     bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
 }
 
+/// Checks that the dashboard ran exactly `expected` promotes since its log counted `since` (waiting for its log,
+/// which reaches its file a line late).
+fn assert_promotes(bed: &RealBed, since: usize, expected: usize) {
+    let counted = testbed::cluster::eventually(Duration::from_secs(60), || promotes(bed) - since >= expected);
+    let log = bed.dashboard.whole_log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("resync to") || l.contains("/group/promote/")).collect();
+    let found = promotes(bed) - since;
+    assert!(counted && found == expected, "{found} promotes, {expected} expected:\n{}", lines.join("\n"));
+}
+
 /// The ordinals of shard `index` whose pika says `role:master`.
 fn pika_masters(bed: &RealBed, index: usize) -> Vec<u32> {
     bed.shards[index].pods.iter().filter(|p| p.role() == "master").map(|p| p.ordinal).collect()
@@ -114,17 +124,8 @@ fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_ag
         "only {} crash points ({tried:?}); every Codis, pika and etcd mutation must call failpoint::step",
         tried.len()
     );
-    points.trial("one promote per switchover", || {
-        // Counted once, at the end: the dashboard's log reaches its file a line late.
-        let expected = tried.len() + 1;
-        let counted =
-            testbed::cluster::eventually(Duration::from_secs(60), || promotes(&bed) - promoted_at_start >= expected);
-        let log = bed.dashboard.whole_log();
-        let lines: Vec<&str> =
-            log.lines().filter(|l| l.contains("resync to") || l.contains("/group/promote/")).collect();
-        assert!(counted, "fewer promotes than switchovers:\n{}", lines.join("\n"));
-        assert_eq!(promotes(&bed) - promoted_at_start, expected, "promotes:\n{}", lines.join("\n"));
-    });
+    // Counted once, at the end: the dashboard's log reaches its file a line late.
+    points.trial("one promote per switchover", || assert_promotes(&bed, promoted_at_start, tried.len() + 1));
     points.trial("no acknowledged key lost over every crash and rerun", || {
         let _ = traffic.finish(&bed);
     });
@@ -197,16 +198,7 @@ fn an_empty_masters_rejoin_killed_at_any_mutation_converges_on_real_pika_when_st
     for needed in ["/group/promote/", "SLAVEOF", "write pika config"] {
         assert!(seen.iter().any(|p| p.contains(needed)), "no crash point before {needed}: {seen:?}");
     }
-    points.trial("one promote per handover", || {
-        let expected = tried.len() + 1;
-        let counted =
-            testbed::cluster::eventually(Duration::from_secs(60), || promotes(&bed) - promoted_at_start >= expected);
-        let log = bed.dashboard.whole_log();
-        let lines: Vec<&str> =
-            log.lines().filter(|l| l.contains("resync to") || l.contains("/group/promote/")).collect();
-        let found = promotes(&bed) - promoted_at_start;
-        assert!(counted && found == expected, "{found} promotes for {expected} handovers:\n{}", lines.join("\n"));
-    });
+    points.trial("one promote per handover", || assert_promotes(&bed, promoted_at_start, tried.len() + 1));
     points.finish();
 }
 
@@ -312,14 +304,7 @@ fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
         assert!(completed, "member-leave never completed within 40 crash points");
     }
     points.trial("one promote per master leaving or switchover, none per replica", || {
-        let expected = masters_left + switchovers;
-        let counted =
-            testbed::cluster::eventually(Duration::from_secs(60), || promotes(&bed) - promoted_at_start >= expected);
-        let found = promotes(&bed) - promoted_at_start;
-        assert!(
-            counted && found == expected,
-            "{found} promotes for {masters_left} masters leaving and {switchovers} switchovers"
-        );
+        assert_promotes(&bed, promoted_at_start, masters_left + switchovers);
     });
     points.trial("no acknowledged key lost over every crash and rerun", || {
         let _ = traffic.finish(&bed);
