@@ -1046,10 +1046,6 @@ fn splits_of_three_pod_shards_one_to_two_to_four_on_1_1() {
     not(feature = "failpoints"),
     ignore = "stops the split before its cutover with a crash point (--features failpoints)"
 )]
-#[cfg_attr(
-    feature = "failpoints",
-    ignore = "failed once in this session's fresh-clone CI, under the load of the new real-pika crash tests: right after shard-add made pod 0 forget its replication ID, pika refused connections (os error 111) and the run exited 1 before its crash point; whether pika restarted there is not known yet (issue 36)"
-)]
 fn a_split_copies_again_a_pod_the_donor_refused_or_sent_into_pikas_error_state() {
     use testbed::real::pika::ReplicaState;
     let mut bed = created(1, 2, Line::V1_1);
@@ -1081,6 +1077,10 @@ fn a_split_copies_again_a_pod_the_donor_refused_or_sent_into_pikas_error_state()
         &[("KB_ADD_SHARD_NAME", full.clone()), ("PIKA_ACTION_CRASH_BEFORE", "/group/promote/".into())],
     );
     // A run out of its budget before the crash point (the donor's copy under load) exits 75; the next resumes it.
+    // Pika v4.0.1 re-pointed at the donor after its refused link segfaults at times (1 run in 4 here: its replication
+    // client thread, `ClientThread[..]: segfault ... in libc` in the kernel log, right after it loaded the donor's
+    // copy), or stops answering for a while: the run exits 1 on a refused or timed-out connection; the kubelet
+    // restarts a dead container (rejoin first), as the bed does here, and KubeBlocks calls the action again.
     let mut said = String::new();
     let mut killed = false;
     for _ in 0..10 {
@@ -1089,6 +1089,13 @@ fn a_split_copies_again_a_pod_the_donor_refused_or_sent_into_pikas_error_state()
         killed = out.status.code().is_none() && this.contains("crash point");
         said.push_str(&this);
         said.push('\n');
+        if out.status.code() == Some(1) && this.contains(&bed.shards[index].pods[0].fqdn) {
+            if !bed.shards[index].pod_mut(0).is_running() {
+                eprintln!("pod 0's pika died under the run:\n{}", bed.shards[index].pods[0].logs());
+                bed.start_pod(index, 0);
+            }
+            continue;
+        }
         if out.status.code() != Some(75) {
             break;
         }

@@ -193,7 +193,6 @@ fn a_master_outside_a_migration_is_failed_over_while_a_large_slot_migrates() {
 /// never lost. The waits are the proxy's own (it retries a key in flight, and a slot's switch waits for the
 /// requests under way), not pika's replies: the test passed with the proxy's timeout at 1 s and at 50 ms.
 #[test]
-#[ignore = "in this session's fresh-clone CI its writer opened a new connection for each of 4406 refused writes, and a test beside it then could not connect (EADDRNOTAVAIL); to run again once the workload keeps its connection after an error reply (issue 36)"]
 fn writes_into_and_beside_a_large_migrating_slot_may_wait_but_fail_only_by_pikas_refusal_of_new_keys() {
     let bed = bed(2, 2, Line::V1_1, 1);
     create(&bed);
