@@ -537,14 +537,16 @@ async fn remove_group(s: &Session<'_>, gid: u32) -> Result<usize> {
     }
 }
 
-/// Deletes the etcd records of a removed group: its drain record, then its reservation (when it names `shard`). In
-/// this order, because a leftover reservation is what leads a rerun to [`forget_stale`].
+/// Deletes the etcd records of a removed group: its drain record, its history, then its reservation (when it names
+/// `shard`). In this order, because a leftover reservation is what leads a rerun to [`forget_stale`].
 async fn forget(s: &Session<'_>, gid: u32, shard: &str, reserved: bool) -> Result<()> {
     let etcd = s.etcd()?;
     let key = drain_key(s, gid);
     if let Some(entry) = etcd.get(&key).await?.filter(|entry| record_total(&entry.value, shard).is_some()) {
         etcd.delete_if_value(&key, &entry.value).await?;
     }
+    // Before the reservation, which is what leads a rerun back here.
+    crate::steps::register::forget_group_history(s, gid).await?;
     if reserved {
         etcd.delete_if_value(&format!("{}/groups/{gid}", s.prefix()), shard).await?;
     }

@@ -169,6 +169,7 @@ pub(crate) async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) ->
     // A reservation counts only while its group is empty or missing: a group with servers speaks for itself.
     if let Some((&gid, _)) = reserved.iter().find(|(gid, owner)| owner.as_str() == shard && !by_group.contains_key(gid))
     {
+        forget_group_history(s, gid).await?;
         if stats.group(gid).is_none() {
             create_group(s, gid).await?;
         }
@@ -183,11 +184,35 @@ pub(crate) async fn ensure_group(s: &Session<'_>, stats: &Stats, shard: &str) ->
         if !etcd.put_if_absent(&key, shard, None).await? {
             continue;
         }
+        forget_group_history(s, gid).await?;
         tracing::info!(shard, gid, "creating group");
         create_group(s, gid).await?;
         return Ok((gid, true));
     }
     Err(Refusal::NoFreeGroupId { shard: shard.to_owned() }.into())
+}
+
+/// Deletes what etcd keeps of the past of group `gid`, which has no servers: its last failover and handover, its
+/// held-data mark, its salvaged tail. A group id is reused (the lowest free one is taken), so a removed group's
+/// records would otherwise be read as the history of the next shard given its id (its replicas judged against
+/// another group's replication ID, offset 0 taken for data lost). Reads first: a run with nothing to delete writes
+/// nothing.
+pub(crate) async fn forget_group_history(s: &Session<'_>, gid: u32) -> Result<()> {
+    let etcd = s.etcd()?;
+    let prefix = s.prefix();
+    let keys = [
+        crate::steps::failover::record_key(&prefix, gid),
+        crate::steps::failover::held_data_key(&prefix, gid),
+        transfer::handover_key(&prefix, gid),
+        crate::steps::salvage::salvaged_key(&prefix, gid),
+    ];
+    for key in keys {
+        if etcd.get(&key).await?.is_some() {
+            tracing::info!(gid, key, "deleting the record of a group that no longer has servers");
+            etcd.delete(&key).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn create_group(s: &Session<'_>, gid: u32) -> Result<()> {

@@ -32,7 +32,6 @@ mod reliability_fuzz;
 mod reliability_input;
 mod reliability_secrets;
 mod render;
-mod role_probe;
 mod scale_in;
 mod scale_many;
 mod split;

@@ -17,6 +17,7 @@ mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod failover;
+mod role_probe;
 
 fn action() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_pika-action"))

@@ -44,6 +44,7 @@ pub struct RealShard {
     pub full: String,
     /// Its pods, by ordinal.
     pub pods: Vec<PikaPod>,
+    /// Its block of pod addresses in the bed's /24 (a deleted shard's block is taken again).
     index: usize,
 }
 
@@ -248,10 +249,12 @@ impl RealBed {
     /// # Panics
     /// When a pod does not start, or the bed has no room for another shard.
     pub fn add_shard(&mut self, pods: u32) -> usize {
-        assert!(self.next_shard < MAX_SHARDS, "a real bed has room for {MAX_SHARDS} shards");
+        // A new name each time, as KubeBlocks draws one; the addresses of a deleted shard are taken again.
+        let slot = (0..MAX_SHARDS).find(|&i| self.shards.iter().all(|s| s.index != i));
+        let slot = slot.unwrap_or_else(|| panic!("a real bed has room for {MAX_SHARDS} shards at once"));
         let short = format!("pk-{}", shard_id(self.next_shard));
         let full = format!("{}-{short}", self.name);
-        self.shards.push(RealShard { short, full, pods: Vec::new(), index: self.next_shard });
+        self.shards.push(RealShard { short, full, pods: Vec::new(), index: slot });
         self.next_shard += 1;
         let index = self.shards.len() - 1;
         for _ in 0..pods {
@@ -291,6 +294,7 @@ impl RealBed {
     pub fn remove_shard(&mut self, index: usize) {
         for pod in &mut self.shards[index].pods {
             pod.lose_volume();
+            self.network.unresolve(&pod.fqdn).unwrap_or_else(|e| panic!("{e}"));
         }
         self.shards.remove(index);
     }
@@ -379,10 +383,31 @@ impl RealBed {
         self.action_command(args, env).output().expect("run pika-action")
     }
 
+    /// [`RealBed::run`] inside the network namespace of pod `ordinal` of shard `index`, where kbagent runs beside
+    /// pika (a probe reaches its pika at 127.0.0.1).
+    ///
+    /// # Panics
+    /// When the binary cannot be run.
+    #[must_use]
+    pub fn run_in_pod(&self, index: usize, ordinal: u32, args: &[&str], env: &BTreeMap<String, String>) -> Output {
+        let ns = self.shards[index].pod(ordinal).net.ns.clone();
+        self.action_command_in(Some(&ns), args, env).output().expect("run pika-action")
+    }
+
     /// `pika-action <args>` as kbagent starts it (no shell, working directory `/`, exactly `env` plus PATH), with
     /// the bed's names resolving as in the cluster.
     fn action_command(&self, args: &[&str], env: &BTreeMap<String, String>) -> std::process::Command {
-        let mut command = self.network.command(None, &self.action);
+        self.action_command_in(None, args, env)
+    }
+
+    /// [`RealBed::action_command`] in network namespace `ns` (the root one when `None`).
+    fn action_command_in(
+        &self,
+        ns: Option<&str>,
+        args: &[&str],
+        env: &BTreeMap<String, String>,
+    ) -> std::process::Command {
+        let mut command = self.network.command(ns, &self.action);
         command
             .args(args)
             .env_clear()
@@ -561,6 +586,11 @@ impl Watcher {
     #[must_use]
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether it has exited (a crash point aborts it).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 }
 

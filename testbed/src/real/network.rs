@@ -314,6 +314,15 @@ impl Network {
         self.write_hosts()
     }
 
+    /// Removes `name` from the bed's hosts file: a deleted pod's name stops resolving, as its DNS record goes.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn unresolve(&self, name: &str) -> Result<(), String> {
+        self.hosts.lock().unwrap_or_else(PoisonError::into_inner).retain(|(n, _)| n != name);
+        self.write_hosts()
+    }
+
     fn write_hosts(&self) -> Result<(), String> {
         let hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut text = String::from("127.0.0.1\tlocalhost\n");

@@ -7,9 +7,11 @@
 //! crash and its recovery produced. The dead run's locks are removed before the rerun, as their lease's expiry
 //! would remove them 15 s later (the wait for a held lock is tested on its own).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use testbed::real::bed::{Line, RealBed};
+use testbed::real::pika::ReplicaState;
 
 use super::{created, run_to_completion, Traffic};
 use crate::summary::Category;
@@ -218,8 +220,8 @@ fn member_env(bed: &RealBed, kind: &str, ordinal: u32) -> std::collections::BTre
 /// promote, the other members' SLAVEOF and CONFIG REWRITE, the fence's removal, the `group/del`), then run again as
 /// KubeBlocks requeues it, on one bed (after each leave a new pod joins, so the shard keeps three): the pod gone
 /// from Codis, another pod the master Codis lists and the only pika master among the rest, every remaining pod in
-/// sync, no fence left; one promote per master leaving and none per replica; every key acknowledged through the
-/// fork's proxy kept.
+/// sync, no fence, lock or other record of an operation under way left, a further run changing nothing; one
+/// promote per master leaving and none per replica; every key acknowledged through the fork's proxy kept.
 #[test]
 fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
     let mut bed = created(1, 3, Line::V1_1);
@@ -286,6 +288,11 @@ fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
                 let rest = || pika_masters(&bed, 0).into_iter().filter(|&o| o != leaving).collect::<Vec<_>>();
                 let settled = testbed::cluster::eventually(Duration::from_secs(30), || rest() == [now]);
                 assert!(settled, "pika masters among the rest {:?}, Codis lists {now}", rest());
+                assert_eq!(records_under_way(&bed), Vec::<String>::new(), "records of an operation under way left");
+                // KubeBlocks may call it again before it deletes the pod: nothing changes.
+                let before = layout(&bed);
+                run_to_completion(&bed, &["member-leave"], &env);
+                assert_eq!(layout(&bed), before, "a further member-leave changed the cluster");
             });
             eprintln!("{label}: tried");
             if master_leaves {
@@ -309,5 +316,529 @@ fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
     points.trial("no acknowledged key lost over every crash and rerun", || {
         let _ = traffic.finish(&bed);
     });
+    points.finish();
+}
+
+/// One run of `args` killed before its `n`-th mutation, resumed while it runs out of its budget (exit 75; each run
+/// counts its mutations afresh): `Some(what)` it was killed before, or `None` when it finished with fewer.
+fn crash_run(bed: &RealBed, args: &[&str], env: &BTreeMap<String, String>, n: usize) -> Option<String> {
+    let mut crashing = env.clone();
+    crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
+    let marker = format!("crash point {n}: aborting before ");
+    for _ in 0..10 {
+        let out = bed.run(args, &crashing);
+        match out.status.code() {
+            Some(0) => return None,
+            Some(75) => continue,
+            _ => {}
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let what = stderr.lines().find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()));
+        return Some(
+            what.unwrap_or_else(|| panic!("{args:?} run {n} neither finished nor crashed: {}", describe(&out))),
+        );
+    }
+    panic!("{args:?} with a crash point at {n} ran out of its budget ten times");
+}
+
+/// [`crash_run`] at `crash`, or without a crash point to completion.
+fn once(bed: &RealBed, args: &[&str], env: &BTreeMap<String, String>, crash: Option<usize>) -> Option<String> {
+    match crash {
+        Some(n) => crash_run(bed, args, env, n),
+        None => {
+            run_to_completion(bed, args, env);
+            None
+        }
+    }
+}
+
+/// What a further run of a finished action must leave as it is.
+#[derive(Debug, PartialEq, Eq)]
+struct Layout {
+    /// Each group's servers in Codis' order.
+    groups: Vec<(u32, Vec<String>)>,
+    /// Each slot's owner.
+    slots: Vec<u32>,
+    /// Each pod's name, role and the master it follows.
+    pods: Vec<(String, String, String)>,
+}
+
+fn layout(bed: &RealBed) -> Layout {
+    let topology = bed.topology();
+    let groups = topology.groups.iter().map(|g| (g.id, g.servers.clone())).collect();
+    let pods = bed
+        .shards
+        .iter()
+        .flat_map(|s| &s.pods)
+        .map(|p| {
+            let follows = ReplicaState::of(&p.info_replication()).map(|r| r.master_host).unwrap_or_default();
+            (p.name.clone(), p.role(), follows)
+        })
+        .collect();
+    Layout { groups, slots: topology.slots, pods }
+}
+
+/// Every etcd key of the bed's cluster.
+fn etcd_keys(bed: &RealBed) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let keys = rt.block_on(async {
+        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
+        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+        etcd.list(&prefix).await.expect("list the cluster's keys")
+    });
+    keys.into_iter().map(|(k, _)| k).collect()
+}
+
+/// The cluster's etcd keys that only an operation under way holds: locks, fences, drains, leaving marks, paused
+/// migrations.
+fn records_under_way(bed: &RealBed) -> Vec<String> {
+    let transient = ["/locks/", "/fence/", "/drains/", "/leaving/", "/migrations-paused/"];
+    etcd_keys(bed).into_iter().filter(|k| transient.iter().any(|t| k.contains(t))).collect()
+}
+
+/// The group reservations etcd holds (`groups/<gid>`).
+fn recorded_groups(bed: &RealBed) -> Vec<String> {
+    etcd_keys(bed).into_iter().filter(|k| k.contains("/groups/")).collect()
+}
+
+/// Every etcd record of group `gid`: its reservation and its history (last failover and handover, held-data mark,
+/// salvaged tail), all keyed `.../<gid>`.
+fn records_of_group(bed: &RealBed, gid: u32) -> Vec<String> {
+    let suffix = format!("/{gid}");
+    etcd_keys(bed).into_iter().filter(|k| k.ends_with(&suffix)).collect()
+}
+
+/// After an action finished: the cluster healthy (every shard a group, its master a pika master, its replicas in
+/// sync, the slots balanced), no pod holding a key of a slot its group does not own, nothing under way left in
+/// etcd, one group record per shard, and one more run of the action changing nothing.
+fn assert_settled(bed: &RealBed, args: &[&str], env: &BTreeMap<String, String>) {
+    super::assert_healthy(bed);
+    super::assert_owns_only(bed);
+    assert_eq!(records_under_way(bed), Vec::<String>::new(), "records of an operation under way left in etcd");
+    let groups = recorded_groups(bed);
+    assert_eq!(groups.len(), bed.shards.len(), "etcd's group records {groups:?}");
+    let before = layout(bed);
+    run_to_completion(bed, args, env);
+    assert_eq!(layout(bed), before, "a further {args:?} changed the cluster");
+}
+
+/// A scale-out by one shard of two pods and the scale-in of that shard, each killed before each of its mutations in
+/// turn — on 1.1 the shardAdd (which splits the new shard off a donor: the new pods made to forget their replication
+/// IDs, copied from the donor under an alias, the cutover's promote, the donor's cleanup of the slots it gave) and
+/// the shardRemove (the drain's migrations, the group's removal); on 1.0 the new component's postProvision and the
+/// leaving component's preTerminate — then run again as KubeBlocks calls it again, on one bed whose cluster each
+/// point leaves to the next: after each, the cluster healthy and settled ([`assert_settled`]), no key of a slot a
+/// group does not own on any pod; at the end every key acknowledged through the fork's proxy kept on every pod.
+fn scale_killed_everywhere(line: Line) {
+    let mut bed = created(2, 2, line);
+    // Paced so that the keys written over some forty operations stay few enough for each split to copy quickly.
+    let traffic = Traffic::start_paced(&bed, "crash-scale", Duration::from_millis(25));
+    let mut points = Category::new(format!("crash: scale-out and scale-in, real pika and fork ({line:?})"));
+    let (mut out_done, mut in_done) = (false, false);
+    let (mut out_tried, mut in_tried) = (Vec::new(), Vec::new());
+    for n in 1..=60 {
+        if out_done && in_done {
+            break;
+        }
+        let index = bed.add_shard(2);
+        let (out_args, out_env): (&[&str], _) = match line {
+            Line::V1_1 => {
+                run_to_completion(&bed, &["post-provision", "--own-shard"], &bed.env(index));
+                let full = bed.shards[index].full.clone();
+                (&["shard-add"], super::with(bed.env(0), &[("KB_ADD_SHARD_NAME", full)]))
+            }
+            Line::V1_0 => (&["post-provision"], bed.env(index)),
+        };
+        let started = std::time::Instant::now();
+        let (crash, crashing) = watching(&bed, || once(&bed, out_args, &out_env, (!out_done).then_some(n)));
+        let label = format!("scale-out, crash point {n:>2}: {}", crash.as_deref().unwrap_or("no crash"));
+        points.trial(&label, || {
+            assert_eq!(crashing, Vec::<String>::new(), "while the run went");
+            if crash.is_some() {
+                expire_locks(&bed);
+                let ((), rerun) = watching(&bed, || {
+                    run_to_completion(&bed, out_args, &out_env);
+                });
+                assert_eq!(rerun, Vec::<String>::new(), "while it was run again");
+            }
+            assert_settled(&bed, out_args, &out_env);
+        });
+        eprintln!("{label}: tried ({:?})", started.elapsed());
+        let started = std::time::Instant::now();
+        match crash {
+            Some(what) => out_tried.push(what),
+            None => out_done = true,
+        }
+
+        let (in_args, in_env): (&[&str], _) = match line {
+            Line::V1_1 => {
+                let full = bed.shards[index].full.clone();
+                (&["shard-remove"], super::with(bed.env(0), &[("KB_REMOVE_SHARD_NAME", full)]))
+            }
+            Line::V1_0 => {
+                let mut env = bed.env(index);
+                env.extend(bed.legacy_env(&[index]));
+                env.insert("KB_CLUSTER_COMPONENT_IS_SCALING_IN".into(), "true".into());
+                (&["pre-terminate"], env)
+            }
+        };
+        let gid = bed.topology().group_of(&bed.shards[index].pods[0].server()).map(|g| g.id);
+        let (crash, crashing) = watching(&bed, || once(&bed, in_args, &in_env, (!in_done).then_some(n)));
+        let label = format!("scale-in, crash point {n:>2}: {}", crash.as_deref().unwrap_or("no crash"));
+        points.trial(&label, || {
+            assert_eq!(crashing, Vec::<String>::new(), "while the run went");
+            if crash.is_some() {
+                expire_locks(&bed);
+                let ((), rerun) = watching(&bed, || {
+                    run_to_completion(&bed, in_args, &in_env);
+                });
+                assert_eq!(rerun, Vec::<String>::new(), "while it was run again");
+            }
+            let topology = bed.topology();
+            for pod in &bed.shards[index].pods {
+                assert!(topology.group_of(&pod.server()).is_none(), "{} is still in Codis: {topology:?}", pod.name);
+            }
+            let gid = gid.expect("the leaving shard had a group");
+            assert!(topology.groups.iter().all(|g| g.id != gid), "group {gid} survived: {topology:?}");
+            // Its id goes to the next shard: no record of its past may pass on to it.
+            assert_eq!(records_of_group(&bed, gid), Vec::<String>::new(), "etcd keeps records of removed group {gid}");
+            // A further run must change nothing, while the shard's pods still run (KubeBlocks deletes them after).
+            let before = layout(&bed);
+            run_to_completion(&bed, in_args, &in_env);
+            assert_eq!(layout(&bed), before, "a further {in_args:?} changed the cluster");
+        });
+        eprintln!("{label}: tried ({:?})", started.elapsed());
+        bed.remove_shard(index);
+        points.trial(format!("after scale-in {n}: the rest healthy and settled"), || {
+            super::assert_healthy(&bed);
+            super::assert_owns_only(&bed);
+            assert_eq!(records_under_way(&bed), Vec::<String>::new(), "records of an operation under way left");
+        });
+        match crash {
+            Some(what) => in_tried.push(what),
+            None => in_done = true,
+        }
+    }
+    assert!(out_done && in_done, "the scale-out or scale-in never completed within 60 crash points");
+    eprintln!("scale-out crash points: {out_tried:?}\nscale-in crash points: {in_tried:?}");
+    for needed in ["/group/promote/", "SLAVEOF", "CLEARREPLICATIONID"] {
+        if line == Line::V1_1 {
+            assert!(out_tried.iter().any(|p| p.contains(needed)), "no scale-out crash point before {needed}");
+        }
+    }
+    assert!(
+        in_tried.iter().any(|p| p.contains("/group/remove/")),
+        "no scale-in crash point before the group's removal"
+    );
+    points.trial("no acknowledged key lost over every crash and rerun, on every pod", || {
+        let _ = traffic.finish_on_every_pod(&bed);
+    });
+    points.finish();
+}
+
+#[test]
+fn a_scale_out_and_in_on_1_1_killed_at_any_mutation_converge_on_real_pika_when_run_again() {
+    scale_killed_everywhere(Line::V1_1);
+}
+
+#[test]
+fn a_scale_out_and_in_on_1_0_killed_at_any_mutation_converge_on_real_pika_when_run_again() {
+    scale_killed_everywhere(Line::V1_0);
+}
+
+/// `member-join` of a new, empty pod killed before each of its mutations in turn (the pod's SLAVEOF and CONFIG
+/// REWRITE, its registration in Codis, etcd's records), then run again as KubeBlocks calls it again, on one bed
+/// (after each join the pod leaves again): the pod in its shard's group, following the master in sync, nothing
+/// under way left in etcd, the master unmoved, a further run changing nothing; every key acknowledged through the
+/// fork's proxy on every pod at the end.
+#[test]
+fn member_join_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "crash-join");
+    let mut points = Category::new("crash: member-join, real pika and fork");
+    let mut tried = Vec::new();
+    let mut completed = false;
+    for n in 1..=40 {
+        let master = bed.master_ordinal(0);
+        let joined = bed.add_pod(0);
+        let env = member_env(&bed, "JOIN", joined);
+        let crash = crash_run(&bed, &["member-join"], &env, n);
+        let label = format!("crash point {n:>2}: {}", crash.as_deref().unwrap_or("no crash"));
+        points.trial(&label, || {
+            if crash.is_some() {
+                expire_locks(&bed);
+                run_to_completion(&bed, &["member-join"], &env);
+            }
+            let topology = bed.topology();
+            let group = topology.group_of(&bed.shards[0].pod(joined).server());
+            assert!(group.is_some(), "the pod joined no group: {topology:?}");
+            assert_eq!(bed.master_ordinal(0), master, "the master moved for a replica joining");
+            assert_settled(&bed, &["member-join"], &env);
+        });
+        eprintln!("{label}: tried");
+        run_to_completion(&bed, &["member-leave"], &member_env(&bed, "LEAVE", joined));
+        bed.remove_pod(0, joined);
+        match crash {
+            Some(what) => tried.push(what),
+            None => {
+                completed = true;
+                break;
+            }
+        }
+    }
+    assert!(completed, "member-join never completed within 40 crash points");
+    for needed in ["SLAVEOF", "/group/add/"] {
+        assert!(tried.iter().any(|p| p.contains(needed)), "no crash point before {needed}: {tried:?}");
+    }
+    points.trial("no acknowledged key lost over every crash and rerun, on every pod", || {
+        let _ = traffic.finish_on_every_pod(&bed);
+    });
+    points.finish();
+}
+
+/// Whether the watcher marked group `gid` as holding data (what lets it judge replicas at offset 0).
+fn held_data(bed: &RealBed, gid: u32) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    rt.block_on(async {
+        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
+        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
+        let key = pika_action::steps::failover::held_data_key(&prefix, gid);
+        let mark = etcd.get(&key).await.expect("read the held-data mark");
+        mark.is_some_and(|e| e.value != pika_action::steps::failover::NEVER_HELD)
+    })
+}
+
+/// One failover of shard 0's master, killed with `kill -9`, by a watcher whose crash point is set by `var` = `value`;
+/// when it crashed, a new watcher is started as the restarted container would be. Checks that the cluster
+/// converged (another pod the master Codis lists and the only pika master among the live pods, the other replica
+/// following it in sync, one promote, every key of `ledger` read back through the proxy), then brings the killed pod
+/// back through rejoin. Returns the mutation the watcher was killed before, or `None` when it failed over whole.
+fn watcher_trial(bed: &mut RealBed, ledger: &testbed::Ledger, var: &str, value: &str) -> Option<String> {
+    let patience = Duration::from_secs(60);
+    // Every replica holds every key first: a write no replica got is lost with the master whatever the product does.
+    let everywhere = || {
+        bed.shards[0].pods.iter().all(|pod| {
+            let mut conn = pod.connect();
+            ledger.acked.iter().all(|(k, v)| conn.command(&["GET", k]).ok().as_deref() == Some(v.as_str()))
+        })
+    };
+    assert!(testbed::cluster::eventually(patience, everywhere), "replicas never caught up");
+    let gid = bed.topology().group_of(&bed.shards[0].pods[0].server()).expect("the shard's group").id;
+    let mut crashing = bed.start_watcher_with(&[(var, value)]);
+    let ready = testbed::cluster::eventually(patience, || {
+        crashing.exited() || (crashing.log().contains("leading") && held_data(bed, gid))
+    });
+    assert!(ready, "the watcher did not lead:\n{}", crashing.log());
+    let promoted_before = promotes(bed);
+    let old = bed.master_ordinal(0);
+    bed.shards[0].pod_mut(old).kill();
+    let acted = testbed::cluster::eventually(patience, || {
+        let log = crashing.log();
+        log.contains("crash point") || log.contains("failover done")
+    });
+    assert!(acted, "{var}={value}: the watcher neither crashed nor failed over:\n{}", crashing.log());
+    let log = crashing.log();
+    let marker = ": aborting before ";
+    let what = log.lines().filter(|l| l.starts_with("crash point ")).find_map(|l| l.split_once(marker)).map(|(_, w)| w);
+    let what = what.map(str::to_owned);
+    let restarted = what.as_ref().map(|_| {
+        assert!(testbed::cluster::eventually(patience, || crashing.exited()), "crashed but still running");
+        bed.start_watcher()
+    });
+    let watcher = restarted.as_ref().unwrap_or(&crashing);
+    let label = what.as_deref().unwrap_or("no crash");
+    let master = super::failed_over(bed, old, watcher);
+    let live = || {
+        let pods = bed.shards[0].pods.iter().filter(|p| p.ordinal != old);
+        pods.filter(|p| p.role() == "master").map(|p| p.ordinal).collect::<Vec<_>>()
+    };
+    let alone = testbed::cluster::eventually(patience, || live() == [master]);
+    assert!(alone, "crash before {label}: pika masters {:?}, Codis lists {master}", live());
+    let other = bed.shards[0].pods.iter().map(|p| p.ordinal).find(|&o| o != old && o != master).expect("a replica");
+    let master_fqdn = bed.shards[0].pod(master).fqdn.clone();
+    let follows = || {
+        ReplicaState::of(&bed.shards[0].pod(other).info_replication())
+            .is_some_and(|s| s.master_host == master_fqdn && s.link_up && s.db0 == "connected")
+    };
+    assert!(
+        testbed::cluster::eventually(patience, follows),
+        "crash before {label}: the other replica does not follow the new master in sync:\n{}",
+        watcher.log()
+    );
+    assert_promotes(bed, promoted_before, 1);
+    let back = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(back.is_clean(), "crash before {label}: keys lost: {}", back.summary());
+    // The killed pod comes back (rejoin makes it follow the new master), with the watcher still running.
+    bed.start_pod(0, old);
+    super::assert_healthy(bed);
+    drop(restarted);
+    drop(crashing);
+    what
+}
+
+/// The failover watcher killed before each of its mutations in turn — the election lock, the held-data mark, the
+/// group's transfer lock, the fence, the promote, the other replica's SLAVEOF and CONFIG REWRITE, the fence's
+/// removal, the failover record — while it replaces a master killed with `kill -9` on real pika, then replaced by a
+/// new watcher as the restarted container: one new master, alone a pika master, the other replica following it in
+/// sync, one promote (a crash after it is finished by repair, never by a second promote), every key written before
+/// the kill read back through the fork's proxy; the killed pod back as a replica before the next point. The
+/// watcher's own sweeps write at times of their own, so the promote, the SLAVEOF and the fence's write are crashed
+/// before by name too when the numbers missed them.
+#[test]
+fn a_watcher_killed_at_any_step_of_a_failover_is_replaced_by_one_that_converges_on_real_pika() {
+    let mut bed = created(1, 3, Line::V1_1);
+    let keys: Vec<String> = (0..1000).map(|n| format!("watcher:{n}")).collect();
+    let ledger = testbed::Ledger::write_keys_authed(bed.proxies[0].data_addr(), Some(&bed.password), &keys)
+        .expect("preload through the proxy");
+    assert_eq!(ledger.acked.len(), keys.len(), "preload: {:?}", ledger.errors);
+    let mut points = Category::new("crash: failover watcher, real pika and fork");
+    let mut tried: Vec<String> = Vec::new();
+    let mut completed = false;
+    for n in 1..=40 {
+        let crash = n.to_string();
+        let trial = || watcher_trial(&mut bed, &ledger, "PIKA_ACTION_CRASH_AT", &crash);
+        // A point that did not converge leaves the bed in a state no later point can start from.
+        let Some(what) = points.trial(format!("crash point {n:>2}"), trial) else { return points.finish() };
+        eprintln!("watcher crash point {n:>2}: {}", what.as_deref().unwrap_or("no crash (it completed)"));
+        match what {
+            Some(what) => tried.push(what),
+            None => {
+                completed = true;
+                break;
+            }
+        }
+    }
+    assert!(completed, "the failover never completed within 40 crash points");
+    for needed in ["/group/promote/", "SLAVEOF", "etcd compare_and_put"] {
+        if tried.iter().any(|p| p.contains(needed)) {
+            continue;
+        }
+        let trial = || watcher_trial(&mut bed, &ledger, "PIKA_ACTION_CRASH_BEFORE", needed);
+        let Some(what) = points.trial(format!("crash point before {needed}"), trial) else { return points.finish() };
+        let what = what.unwrap_or_else(|| panic!("the failover completed with a crash point set before {needed}"));
+        assert!(what.contains(needed), "asked to crash before {needed}, crashed before {what}");
+        eprintln!("watcher crash point before {what} (by name)");
+        tried.push(what);
+    }
+    assert!(tried.len() >= 6, "only {} crash points: {tried:?}", tried.len());
+    points.finish();
+}
+
+/// Runs `f` while another thread reads the dashboard's topology over and over; returns what `f` gave and every
+/// breach the reader saw: a slot that had an owner back at group 0 (lost), a slot owned by a group that does not
+/// exist, a group owning slots with no server, a server in two groups.
+fn watching<T>(bed: &RealBed, f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut breaches = Vec::new();
+            let mut owned: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+            loop {
+                let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
+                let t = bed.topology();
+                for (slot, &gid) in t.slots.iter().enumerate() {
+                    if gid == 0 {
+                        if owned.contains(&slot) {
+                            breaches.push(format!("slot {slot} lost its owner"));
+                        }
+                        continue;
+                    }
+                    owned.insert(slot);
+                    match t.groups.iter().find(|g| g.id == gid) {
+                        None => breaches.push(format!("slot {slot} owned by group {gid}, which does not exist")),
+                        Some(g) if g.servers.is_empty() => breaches.push(format!("group {gid} owns slots, no server")),
+                        Some(_) => {}
+                    }
+                }
+                let mut servers: Vec<&String> = t.groups.iter().flat_map(|g| &g.servers).collect();
+                servers.sort();
+                for pair in servers.windows(2).filter(|w| w[0] == w[1]) {
+                    breaches.push(format!("{} in two groups", pair[0]));
+                }
+                if stopping || breaches.len() > 20 {
+                    breaches.dedup();
+                    return breaches;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let out = f();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        (out, reader.join().expect("the topology reader"))
+    })
+}
+
+/// The runs that create a cluster on `bed`'s line ([`super::create`]): on 1.1 each shard's `post-provision
+/// --own-shard`, then the ShardingDefinition's `post-provision`; on 1.0 each shard's component `post-provision`.
+fn creation(bed: &RealBed) -> Vec<(Vec<&'static str>, BTreeMap<String, String>)> {
+    let mut runs: Vec<(Vec<&'static str>, BTreeMap<String, String>)> = Vec::new();
+    for index in 0..bed.shards.len() {
+        let args = if bed.line == Line::V1_1 { vec!["post-provision", "--own-shard"] } else { vec!["post-provision"] };
+        runs.push((args, bed.env(index)));
+    }
+    if bed.line == Line::V1_1 {
+        runs.push((vec!["post-provision"], bed.env(0)));
+    }
+    runs
+}
+
+/// Cluster creation with run `which` of [`creation`] killed before each of its mutations in turn, each point on a
+/// new bed of two shards of two pods (a bed starts in seconds), then run again and the rest run: every shard a
+/// group with its pods, its master a pika master, its replica in sync, the slots balanced, no stray group, nothing
+/// under way left in etcd, a further run changing nothing; keys written through the fork's proxy afterwards read
+/// back. Returns the points tried.
+fn creation_killed_everywhere(line: Line, which: usize, points: &mut Category) -> Vec<String> {
+    let mut tried = Vec::new();
+    for n in 1..=60 {
+        let bed = super::bed(2, 2, line, 1);
+        let runs = creation(&bed);
+        for (args, env) in &runs[..which] {
+            run_to_completion(&bed, args, env);
+        }
+        let (args, env) = &runs[which];
+        let crash = crash_run(&bed, args, env, n);
+        let label = format!(
+            "{line:?} {args:?}, creation run {which}, crash point {n:>2}: {}",
+            crash.as_deref().unwrap_or("no crash")
+        );
+        points.trial(&label, || {
+            if crash.is_some() {
+                expire_locks(&bed);
+                run_to_completion(&bed, args, env);
+            }
+            for (args, env) in &runs[which + 1..] {
+                run_to_completion(&bed, args, env);
+            }
+            assert_eq!(bed.topology().groups.len(), bed.shards.len(), "stray groups: {:?}", bed.topology());
+            assert_settled(&bed, args, env);
+            let keys: Vec<String> = (0..200).map(|i| format!("created:{i}")).collect();
+            let written = testbed::Ledger::write_keys_authed(bed.proxies[0].data_addr(), Some(&bed.password), &keys)
+                .expect("write through the proxy");
+            assert_eq!(written.acked.len(), keys.len(), "writes through the proxy: {:?}", written.errors);
+            let back = written.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+            assert!(back.is_clean(), "{}", back.summary());
+        });
+        eprintln!("{label}: tried");
+        match crash {
+            Some(what) => tried.push(what),
+            None => return tried,
+        }
+    }
+    panic!("{line:?} creation run {which} never completed within 60 crash points");
+}
+
+/// Cluster creation killed at any mutation, on both lines: on 1.1 a shard's own registration (`--own-shard`: its
+/// group, its replica's SLAVEOF and CONFIG REWRITE, its servers' registration) and the slot assignment; on 1.0 the
+/// first component's postProvision, which registers every shard and assigns the slots.
+#[test]
+fn cluster_creation_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
+    let mut points = Category::new("crash: cluster creation, real pika and fork");
+    let own = creation_killed_everywhere(Line::V1_1, 0, &mut points);
+    let assign = creation_killed_everywhere(Line::V1_1, 2, &mut points);
+    let legacy = creation_killed_everywhere(Line::V1_0, 0, &mut points);
+    eprintln!("1.1 own shard: {own:?}\n1.1 assignment: {assign:?}\n1.0: {legacy:?}");
+    for (tried, needed) in [(&own, "/group/create/"), (&own, "SLAVEOF"), (&assign, "/slots/"), (&legacy, "SLAVEOF")] {
+        assert!(tried.iter().any(|p| p.contains(needed)), "no crash point before {needed}: {tried:?}");
+    }
     points.finish();
 }
