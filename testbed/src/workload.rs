@@ -38,6 +38,10 @@ pub struct WorkloadOptions {
     /// Write only keys of these slots, out of the given slot count (`max_slot_num`): a writer aimed at the slots an
     /// operation moves. Default: every key.
     pub only_slots: Option<(usize, std::collections::BTreeSet<usize>)>,
+    /// Keys each writer cycles through (`<n>` modulo this), writing each again with a new value: the data stays this
+    /// small however long the writers run. A key whose last write failed is then of unknown value and leaves the
+    /// ledger. Default: every key new.
+    pub keys_per_writer: Option<u64>,
 }
 
 impl WorkloadOptions {
@@ -52,6 +56,7 @@ impl WorkloadOptions {
             timeout: Duration::from_secs(2),
             auth: None,
             only_slots: None,
+            keys_per_writer: None,
         }
     }
 }
@@ -142,14 +147,18 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
     let mut conn: Option<Client> = None;
     let mut n: u64 = 0;
     while !stop.load(Ordering::SeqCst) {
-        let key = format!("{}:{writer}:{n}", opts.prefix);
+        let key = format!("{}:{writer}:{}", opts.prefix, opts.keys_per_writer.map_or(n, |k| n % k));
         n += 1;
         if let Some((count, slots)) = &opts.only_slots {
             if !slots.contains(&crate::codis::slothash::slot_of(key.as_bytes(), *count)) {
                 continue;
             }
         }
-        let value = format!("value-of-{key}");
+        // A key written again carries the write's number: it must read back its last acknowledged value.
+        let value = match opts.keys_per_writer {
+            Some(_) => format!("value-of-{key}-{n}"),
+            None => format!("value-of-{key}"),
+        };
         let outcome = match conn.take().map_or_else(|| Client::connect(target, opts.timeout, opts.auth.as_deref()), Ok)
         {
             Ok(mut c) => match c.command(&[b"SET", key.as_bytes(), value.as_bytes()]) {
@@ -171,6 +180,7 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
                 progress.acked.fetch_add(1, Ordering::SeqCst);
             }
             Err(e) => {
+                ledger.acked.remove(&key);
                 ledger.note_failure(e);
                 progress.failed.fetch_add(1, Ordering::SeqCst);
             }

@@ -512,6 +512,12 @@ impl Traffic {
 
     /// [`Traffic::start`] with each writer waiting `pace` between writes (zero: as fast as the proxy answers).
     fn start_paced(bed: &RealBed, prefix: &str, pace: Duration) -> Self {
+        Self::start_with(bed, prefix, pace, None)
+    }
+
+    /// [`Traffic::start_paced`] with each writer cycling through `keys_per_writer` keys (each written again with a
+    /// new value), when given: the data stays small however long the operations go on.
+    fn start_with(bed: &RealBed, prefix: &str, pace: Duration, keys_per_writer: Option<u64>) -> Self {
         let proxy = bed.proxies[0].data_addr().to_owned();
         let keys: Vec<String> = (0..2000).map(|n| format!("{prefix}:pre:{n}")).collect();
         let preloaded =
@@ -521,6 +527,7 @@ impl Traffic {
             prefix: prefix.to_owned(),
             auth: Some(bed.password.clone()),
             pace,
+            keys_per_writer,
             ..WorkloadOptions::through(&[proxy])
         });
         assert!(writer.wait_for_acked(50, Duration::from_secs(20)), "the writer got no write through the proxy");
