@@ -1,8 +1,9 @@
 //! The crash tests that stay on redis-server and the Codis double (feature `failpoints`): each module kills an
 //! action at every fail point it passes, runs it again as KubeBlocks would, and checks that the cluster converges
 //! with no key lost. Each records its crash points as trials for `scripts/test.sh`, which fails when a module
-//! recorded nothing. The others run on real pika and the fork (`integration/real_pika/crash.rs`); this one counts
-//! every slot move of a change, which only the double's request log records.
+//! recorded nothing. The others run on real pika and the fork (`integration/real_pika/crash.rs`); `crash_scale_many`
+//! counts every slot move of a change, which only the double's request log records, and `crash_member_leave` stands
+//! in while its real version is ignored.
 
 #[path = "../support/attack.rs"]
 mod attack;
@@ -19,4 +20,5 @@ mod summary;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod crash_member_leave;
 mod crash_scale_many;
