@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,8 @@ impl WorkloadOptions {
 struct Progress {
     acked: AtomicUsize,
     failed: AtomicUsize,
+    /// Every writer's acknowledged writes so far, for a check while the writers go on.
+    so_far: Mutex<BTreeMap<String, String>>,
 }
 
 /// Writers running in background threads until [`Workload::stop`].
@@ -112,6 +114,14 @@ impl Workload {
     #[must_use]
     pub fn failed(&self) -> usize {
         self.progress.failed.load(Ordering::SeqCst)
+    }
+
+    /// The writes acknowledged so far, while the writers go on: a check in the middle of a run. Only keys written
+    /// once ([`WorkloadOptions::keys_per_writer`] unset) keep the value read here while the writers go on.
+    #[must_use]
+    pub fn acked_so_far(&self) -> Ledger {
+        let acked = self.progress.so_far.lock().map(|m| m.clone()).unwrap_or_default();
+        Ledger { acked, ..Ledger::default() }
     }
 
     /// Waits until at least `n` writes were acknowledged; false after `timeout`.
@@ -176,10 +186,16 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
         };
         match outcome {
             Ok(()) => {
+                if let Ok(mut so_far) = progress.so_far.lock() {
+                    so_far.insert(key.clone(), value.clone());
+                }
                 ledger.acked.insert(key, value);
                 progress.acked.fetch_add(1, Ordering::SeqCst);
             }
             Err(e) => {
+                if let Ok(mut so_far) = progress.so_far.lock() {
+                    so_far.remove(&key);
+                }
                 ledger.acked.remove(&key);
                 ledger.note_failure(e);
                 progress.failed.fetch_add(1, Ordering::SeqCst);

@@ -20,7 +20,7 @@ use crate::process::EtcdServer;
 
 /// The namespace of every real-bed cluster.
 pub const NAMESPACE: &str = "ns-rp";
-/// Shards and ordinals a bed has room for: pod `o` of shard `s` gets namespace slot `s * MAX_ORDINALS + o`.
+/// Shards and pods a bed has room for: shard `s` has the namespace slots `s * MAX_ORDINALS ..` for its pods.
 const MAX_SHARDS: usize = 24;
 const MAX_ORDINALS: u32 = 8;
 
@@ -46,6 +46,10 @@ pub struct RealShard {
     pub pods: Vec<PikaPod>,
     /// Its block of pod addresses in the bed's /24 (a deleted shard's block is taken again).
     index: usize,
+    /// Where in its block the next pod's address is looked for: a pod added after one was deleted gets another
+    /// address, as a new Kubernetes pod does. A master keeps listing a replica killed without its socket closed until
+    /// its keepalive timeout, and refuses a new one linking from the same address meanwhile ("Slave AlreadyExist").
+    next_slot: usize,
 }
 
 impl RealShard {
@@ -254,7 +258,7 @@ impl RealBed {
         let slot = slot.unwrap_or_else(|| panic!("a real bed has room for {MAX_SHARDS} shards at once"));
         let short = format!("pk-{}", shard_id(self.next_shard));
         let full = format!("{}-{short}", self.name);
-        self.shards.push(RealShard { short, full, pods: Vec::new(), index: slot });
+        self.shards.push(RealShard { short, full, pods: Vec::new(), index: slot, next_slot: 0 });
         self.next_shard += 1;
         let index = self.shards.len() - 1;
         for _ in 0..pods {
@@ -271,7 +275,15 @@ impl RealBed {
         let shard = &self.shards[index];
         let ordinal = shard.pods.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
         assert!(ordinal < MAX_ORDINALS, "a real bed has room for {MAX_ORDINALS} pods per shard");
-        let slot = u8::try_from(shard.index * MAX_ORDINALS as usize + ordinal as usize).expect("slot within the /24");
+        let block = shard.index * MAX_ORDINALS as usize;
+        let used: Vec<usize> = shard.pods.iter().map(|p| usize::from(p.net.addr.octets()[3]) - 10).collect();
+        let offset = (0..MAX_ORDINALS as usize)
+            .map(|k| (shard.next_slot + k) % MAX_ORDINALS as usize)
+            .find(|&o| !used.contains(&(block + o)))
+            .expect("a free address in the shard's block");
+        self.shards[index].next_slot = offset + 1;
+        let shard = &self.shards[index];
+        let slot = u8::try_from(block + offset).expect("slot within the /24");
         let name = format!("{}-{ordinal}", shard.full);
         let fqdn = format!("{name}.{}-headless.{NAMESPACE}.svc.cluster.local", shard.full);
         let net = self.network.add_pod(slot).unwrap_or_else(|e| panic!("{name}: {e}"));

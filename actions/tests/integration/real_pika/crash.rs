@@ -13,7 +13,7 @@ use std::time::Duration;
 use testbed::real::bed::{Line, RealBed};
 use testbed::real::pika::ReplicaState;
 
-use super::{created, run_to_completion, Traffic};
+use super::{created, run_to_completion, with_etcd, Traffic};
 use crate::summary::Category;
 use crate::support::describe;
 
@@ -24,22 +24,16 @@ const MINIMUM_POINTS: usize = 7;
 /// The fence of shard `index`'s group in etcd (the switchover's target), if any.
 fn fence(bed: &RealBed, index: usize) -> Option<String> {
     let gid = bed.topology().group_of(&bed.shards[index].pods[0].server()).expect("the shard's group").id;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
-        let key = pika_action::steps::transfer::fence_key(&prefix, gid);
+    with_etcd(bed, async |etcd, prefix| {
+        let key = pika_action::steps::transfer::fence_key(prefix, gid);
         etcd.get(&key).await.expect("read the fence").map(|e| e.value)
     })
 }
 
 /// What the lease of a killed run expiring does, without waiting its TTL (15 s) out: its lock keys go.
 fn expire_locks(bed: &RealBed) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
-        for (key, _) in etcd.list(&prefix).await.expect("list the cluster's keys") {
+    with_etcd(bed, async |etcd, prefix| {
+        for (key, _) in etcd.list(prefix).await.expect("list the cluster's keys") {
             if key.contains("/locks/") {
                 etcd.delete(&key).await.expect("delete a lock");
             }
@@ -83,20 +77,12 @@ fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_ag
     let mut completed = false;
     for n in 1..=40 {
         let before = bed.master_ordinal(0);
-        let mut env = bed.switchover_env(0);
-        env.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
-        let out = bed.run(&["switchover"], &env);
-        if out.status.code() == Some(0) {
+        let env = bed.switchover_env(0);
+        let Some(what) = crash_run(&bed, &["switchover"], &env, n) else {
             completed = true;
             assert_ne!(bed.master_ordinal(0), before, "the uncrashed switchover did not move the master");
             break;
-        }
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let marker = format!("crash point {n}: aborting before ");
-        let what = stderr
-            .lines()
-            .find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()))
-            .unwrap_or_else(|| panic!("run {n} neither finished nor crashed: {}", describe(&out)));
+        };
         let label = format!("crash point {n:>2}: before {what}");
         points.trial(&label, || {
             if what.contains("/group/promote/") {
@@ -106,7 +92,6 @@ fn a_master_switchover_killed_at_any_mutation_converges_on_real_pika_when_run_ag
                 assert_eq!(pika_masters(&bed, 0), vec![before], "a pika changed role before the promote");
                 between_fence_and_promote = true;
             }
-            env.remove("PIKA_ACTION_CRASH_AT");
             expire_locks(&bed);
             run_to_completion(&bed, &["switchover"], &env);
             let master = bed.master_ordinal(0);
@@ -216,6 +201,40 @@ fn member_env(bed: &RealBed, kind: &str, ordinal: u32) -> std::collections::BTre
     env
 }
 
+/// A switchover of shard 0 to pod `target`, a replica, as KubeBlocks' Switchover names a ready candidate: once the
+/// candidate is in sync, and again when it was refused for a link that went down meanwhile (nothing changed then).
+/// Seen in this bed: a pod joining with the address and name of a pod just deleted had its link dropped about 20 s
+/// after it joined, when the master's keepalive timeout dropped the deleted pod's link, listed under the same
+/// address.
+fn switchover_to(bed: &RealBed, target: u32) {
+    let pod = bed.shards[0].pod(target);
+    let mut env = bed.switchover_env(0);
+    env.insert("KB_SWITCHOVER_CANDIDATE_NAME".into(), pod.name.clone());
+    env.insert("KB_SWITCHOVER_CANDIDATE_FQDN".into(), pod.fqdn.clone());
+    for _ in 0..10 {
+        let ready = || ReplicaState::of(&pod.info_replication()).is_some_and(|r| r.link_up && r.db0 == "connected");
+        let ready = testbed::cluster::eventually(Duration::from_secs(30), ready);
+        assert!(ready, "{} never in sync:\n{}", pod.name, pod.report());
+        let out = bed.run(&["switchover"], &env);
+        match out.status.code() {
+            Some(0) => return,
+            Some(75) => {}
+            Some(2) if String::from_utf8_lossy(&out.stderr).contains("replication link is down") => {
+                let master = bed.shards[0].pod(bed.master_ordinal(0));
+                eprintln!(
+                    "the switchover to {} refused: {}\n{}\n{}",
+                    pod.name,
+                    describe(&out),
+                    pod.report(),
+                    master.report()
+                );
+            }
+            _ => panic!("the switchover to {}: {}", pod.name, describe(&out)),
+        }
+    }
+    panic!("the switchover to {} did not finish in 10 runs", pod.name);
+}
+
 /// `member-leave` of a replica, then of the master, killed before each of its mutations (the lock, the fence, the
 /// promote, the other members' SLAVEOF and CONFIG REWRITE, the fence's removal, the `group/del`), then run again as
 /// KubeBlocks requeues it, on one bed (after each leave a new pod joins, so the shard keeps three): the pod gone
@@ -223,7 +242,7 @@ fn member_env(bed: &RealBed, kind: &str, ordinal: u32) -> std::collections::BTre
 /// sync, no fence, lock or other record of an operation under way left, a further run changing nothing; one
 /// promote per master leaving and none per replica; every key acknowledged through the fork's proxy kept.
 #[test]
-#[ignore = "lost acknowledged keys in session 2's fresh-clone CI: 33 consecutive writes of one writer (about 100 ms of traffic, keys crash-leave:0:17652..) of 89540, over its 20 trials beside the 20-minute scale test; which trial is not known (keys are read back once, at the end); it passed in the previous CI and 2 of 2 runs here. Suspected: writes a master leaving while alive acknowledged after its promote (issue 35's open follow-up on a deposed master's tail). To run again once the keys are checked per trial and the loss is found (issue 36)"]
+#[ignore = "loses acknowledged keys: every key is now read back after each point, and in 3 of 5 runs here 33 to 35 consecutive acknowledged writes were missing once a replica re-pointed at a new master under writes was promoted in turn: pika left its link to the old master open until its next 3 s cron and logged a session mismatch right after its sync with the new master. A fix that detaches the replica first (SLAVEOF NO ONE, wait for the old master to drop it) passed 4 of 4 runs without loss but made a pod joining after a master left fail the next switchover (its link down) in 5 of 8 runs; not landed yet (issue 36)"]
 fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
     let mut bed = created(1, 3, Line::V1_1);
     let traffic = Traffic::start(&bed, "crash-leave");
@@ -244,25 +263,13 @@ fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
                 } else {
                     bed.shards[0].pods.iter().map(|p| p.ordinal).find(|&o| o != leaving).expect("another pod")
                 };
-                let pod = bed.shards[0].pod(target);
-                let mut env = bed.switchover_env(0);
-                env.insert("KB_SWITCHOVER_CANDIDATE_NAME".into(), pod.name.clone());
-                env.insert("KB_SWITCHOVER_CANDIDATE_FQDN".into(), pod.fqdn.clone());
-                run_to_completion(&bed, &["switchover"], &env);
+                switchover_to(&bed, target);
                 assert_eq!(bed.master_ordinal(0), target, "the switchover to the candidate");
                 switchovers += 1;
             }
             let master = bed.master_ordinal(0);
             let env = member_env(&bed, "LEAVE", leaving);
-            let mut crashing = env.clone();
-            crashing.insert("PIKA_ACTION_CRASH_AT".into(), n.to_string());
-            let out = bed.run(&["member-leave"], &crashing);
-            let marker = format!("crash point {n}: aborting before ");
-            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-            let what = stderr.lines().find_map(|l| l.split_once(&marker).map(|(_, w)| w.to_owned()));
-            if out.status.code() != Some(0) && what.is_none() {
-                panic!("run {n} neither finished nor crashed: {}", describe(&out));
-            }
+            let what = crash_run(&bed, &["member-leave"], &env, n);
             let who = if master_leaves { "the master" } else { "a replica" };
             let label = format!("{who} leaving, crash point {n:>2}: {}", what.as_deref().unwrap_or("no crash"));
             points.trial(&label, || {
@@ -294,6 +301,7 @@ fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
                 let before = layout(&bed);
                 run_to_completion(&bed, &["member-leave"], &env);
                 assert_eq!(layout(&bed), before, "a further member-leave changed the cluster");
+                traffic.assert_kept_so_far(&bed);
             });
             eprintln!("{label}: tried");
             if master_leaves {
@@ -381,12 +389,7 @@ fn layout(bed: &RealBed) -> Layout {
 
 /// Every etcd key of the bed's cluster.
 fn etcd_keys(bed: &RealBed) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let keys = rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
-        etcd.list(&prefix).await.expect("list the cluster's keys")
-    });
+    let keys = with_etcd(bed, async |etcd, prefix| etcd.list(prefix).await.expect("list the cluster's keys"));
     keys.into_iter().map(|(k, _)| k).collect()
 }
 
@@ -453,26 +456,10 @@ fn scale_killed_everywhere(line: Line) {
             }
             Line::V1_0 => (&["post-provision"], bed.env(index)),
         };
-        let started = std::time::Instant::now();
         let crash_at = (!out_done).then_some(n);
-        let (crash, crashing) = watching(&bed, || once(&bed, out_args, &out_env, crash_at));
-        let label = match (crash_at, crash.as_deref()) {
-            (None, _) => format!("scale-out {n:>2}, its points all tried"),
-            (Some(_), what) => format!("scale-out, crash point {n:>2}: {}", what.unwrap_or("no crash")),
-        };
-        points.trial(&label, || {
-            assert_eq!(crashing, Vec::<String>::new(), "while the run went");
-            if crash.is_some() {
-                expire_locks(&bed);
-                let ((), rerun) = watching(&bed, || {
-                    run_to_completion(&bed, out_args, &out_env);
-                });
-                assert_eq!(rerun, Vec::<String>::new(), "while it was run again");
-            }
+        let crash = watched_trial(&bed, &mut points, ("scale-out", n), (out_args, &out_env), crash_at, || {
             assert_settled(&bed, out_args, &out_env);
         });
-        eprintln!("{label}: tried ({:?})", started.elapsed());
-        let started = std::time::Instant::now();
         match crash {
             Some(what) => out_tried.push(what),
             None => out_done = true,
@@ -492,20 +479,7 @@ fn scale_killed_everywhere(line: Line) {
         };
         let gid = bed.topology().group_of(&bed.shards[index].pods[0].server()).map(|g| g.id);
         let crash_at = (!in_done).then_some(n);
-        let (crash, crashing) = watching(&bed, || once(&bed, in_args, &in_env, crash_at));
-        let label = match (crash_at, crash.as_deref()) {
-            (None, _) => format!("scale-in {n:>2}, its points all tried"),
-            (Some(_), what) => format!("scale-in, crash point {n:>2}: {}", what.unwrap_or("no crash")),
-        };
-        points.trial(&label, || {
-            assert_eq!(crashing, Vec::<String>::new(), "while the run went");
-            if crash.is_some() {
-                expire_locks(&bed);
-                let ((), rerun) = watching(&bed, || {
-                    run_to_completion(&bed, in_args, &in_env);
-                });
-                assert_eq!(rerun, Vec::<String>::new(), "while it was run again");
-            }
+        let crash = watched_trial(&bed, &mut points, ("scale-in", n), (in_args, &in_env), crash_at, || {
             let topology = bed.topology();
             for pod in &bed.shards[index].pods {
                 assert!(topology.group_of(&pod.server()).is_none(), "{} is still in Codis: {topology:?}", pod.name);
@@ -519,7 +493,6 @@ fn scale_killed_everywhere(line: Line) {
             run_to_completion(&bed, in_args, &in_env);
             assert_eq!(layout(&bed), before, "a further {in_args:?} changed the cluster");
         });
-        eprintln!("{label}: tried ({:?})", started.elapsed());
         bed.remove_shard(index);
         points.trial(format!("after scale-in {n}: the rest healthy and settled"), || {
             super::assert_healthy(&bed);
@@ -546,6 +519,39 @@ fn scale_killed_everywhere(line: Line) {
         let _ = traffic.finish_on_every_pod(&bed);
     });
     points.finish();
+}
+
+/// One run of `run` killed at `crash_at` (or uncrashed, to completion, when `None`) with the topology watched,
+/// then one trial: nothing wrong seen while it went; when it was killed, run again to completion as KubeBlocks
+/// calls it again (watched too) with the locks of the killed run expired; then `check`. Returns what it was killed
+/// before.
+fn watched_trial(
+    bed: &RealBed,
+    points: &mut Category,
+    (what, n): (&str, usize),
+    (args, env): (&[&str], &BTreeMap<String, String>),
+    crash_at: Option<usize>,
+    check: impl FnOnce(),
+) -> Option<String> {
+    let started = std::time::Instant::now();
+    let (crash, crashing) = watching(bed, || once(bed, args, env, crash_at));
+    let label = match (crash_at, crash.as_deref()) {
+        (None, _) => format!("{what} {n:>2}, its points all tried"),
+        (Some(_), killed) => format!("{what}, crash point {n:>2}: {}", killed.unwrap_or("no crash")),
+    };
+    points.trial(&label, || {
+        assert_eq!(crashing, Vec::<String>::new(), "while the run went");
+        if crash.is_some() {
+            expire_locks(bed);
+            let ((), rerun) = watching(bed, || {
+                run_to_completion(bed, args, env);
+            });
+            assert_eq!(rerun, Vec::<String>::new(), "while it was run again");
+        }
+        check();
+    });
+    eprintln!("{label}: tried ({:?})", started.elapsed());
+    crash
 }
 
 #[test]
@@ -610,11 +616,8 @@ fn member_join_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
 
 /// Whether the watcher marked group `gid` as holding data (what lets it judge replicas at offset 0).
 fn held_data(bed: &RealBed, gid: u32) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    rt.block_on(async {
-        let etcd = crate::support::connect_etcd(&bed.etcd.endpoint()).await.expect("etcd");
-        let prefix = pika_action::clients::etcd::cluster_prefix(testbed::real::bed::NAMESPACE, &bed.name);
-        let key = pika_action::steps::failover::held_data_key(&prefix, gid);
+    with_etcd(bed, async |etcd, prefix| {
+        let key = pika_action::steps::failover::held_data_key(prefix, gid);
         let mark = etcd.get(&key).await.expect("read the held-data mark");
         mark.is_some_and(|e| e.value != pika_action::steps::failover::NEVER_HELD)
     })
