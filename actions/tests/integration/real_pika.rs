@@ -677,6 +677,32 @@ fn scenario_replicas(line: Line) {
     traffic.finish(&bed);
 }
 
+/// A replica joins a master that was itself copied in full: its binlog starts with the padding pika writes up to the
+/// copy's position. The joining pod must hold its master's data.
+#[test]
+fn a_replica_joins_a_master_that_was_itself_copied_in_full() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "join-copied");
+    let first = bed.master_ordinal(0);
+    let copied = bed.shards[0].pods.iter().find(|p| p.ordinal != first).expect("a replica").ordinal;
+    let master_fqdn = bed.shards[0].pod(first).fqdn.clone();
+    let pod = bed.shards[0].pod(copied);
+    assert_eq!(pod.command(&["SLAVEOF", &master_fqdn, "9221", "force"]), "+OK");
+    let in_sync = || {
+        testbed::real::pika::ReplicaState::of(&pod.info_replication())
+            .is_some_and(|r| r.link_up && r.db0 == "connected")
+            && !pod.info_replication().contains("binlog_offset=0 0,")
+    };
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), in_sync), "{}", pod.report());
+    switchover(&bed, 0);
+    assert_eq!(bed.master_ordinal(0), copied, "the copied replica is the master");
+    let ordinal = bed.add_pod(0);
+    let (name, fqdn) = (bed.shards[0].pod(ordinal).name.clone(), bed.shards[0].pod(ordinal).fqdn.clone());
+    let env = with(bed.env(0), &[("KB_JOIN_MEMBER_POD_NAME", name), ("KB_JOIN_MEMBER_POD_FQDN", fqdn)]);
+    run_to_completion(&bed, &["member-join"], &env);
+    let _ = traffic.finish_on_every_pod(&bed);
+}
+
 /// A switchover under a writer as fast as the proxy answers, with the failover watcher running as the chart runs it:
 /// no acknowledged key lost, and afterwards every pod, the old master among them, holds what its new master holds.
 /// pika lets the old master go of its last replica only at that replica's next 3 s replication cron, after the
