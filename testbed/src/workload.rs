@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -65,15 +65,15 @@ impl WorkloadOptions {
 struct Progress {
     acked: AtomicUsize,
     failed: AtomicUsize,
-    /// Every writer's acknowledged writes so far, for a check while the writers go on.
-    so_far: Mutex<BTreeMap<String, String>>,
+    /// Every writer's records, read while the writers go on ([`Workload::acked_so_far`]) and once they stopped.
+    ledger: Mutex<Ledger>,
 }
 
 /// Writers running in background threads until [`Workload::stop`].
 pub struct Workload {
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
-    threads: Vec<JoinHandle<Ledger>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Workload {
@@ -120,8 +120,7 @@ impl Workload {
     /// once ([`WorkloadOptions::keys_per_writer`] unset) keep the value read here while the writers go on.
     #[must_use]
     pub fn acked_so_far(&self) -> Ledger {
-        let acked = self.progress.so_far.lock().map(|m| m.clone()).unwrap_or_default();
-        Ledger { acked, ..Ledger::default() }
+        self.progress.ledger.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Waits until at least `n` writes were acknowledged; false after `timeout`.
@@ -141,19 +140,15 @@ impl Workload {
     #[must_use]
     pub fn stop(self) -> Ledger {
         self.stop.store(true, Ordering::SeqCst);
-        let mut ledger = Ledger::default();
         for t in self.threads {
-            if let Ok(part) = t.join() {
-                ledger.merge(part);
-            }
+            let _ = t.join();
         }
-        ledger
+        std::mem::take(&mut *self.progress.ledger.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
-fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress: &Progress) -> Ledger {
+fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress: &Progress) {
     let target = &opts.targets[writer % opts.targets.len()];
-    let mut ledger = Ledger::default();
     let mut conn: Option<Client> = None;
     let mut n: u64 = 0;
     while !stop.load(Ordering::SeqCst) {
@@ -184,28 +179,24 @@ fn write_loop(writer: usize, opts: &WorkloadOptions, stop: &AtomicBool, progress
             },
             Err(e) => Err(format!("connect {target}: {e}")),
         };
-        match outcome {
-            Ok(()) => {
-                if let Ok(mut so_far) = progress.so_far.lock() {
-                    so_far.insert(key.clone(), value.clone());
+        {
+            let mut ledger = progress.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+            match outcome {
+                Ok(()) => {
+                    ledger.acked.insert(key, value);
+                    progress.acked.fetch_add(1, Ordering::SeqCst);
                 }
-                ledger.acked.insert(key, value);
-                progress.acked.fetch_add(1, Ordering::SeqCst);
-            }
-            Err(e) => {
-                if let Ok(mut so_far) = progress.so_far.lock() {
-                    so_far.remove(&key);
+                Err(e) => {
+                    ledger.acked.remove(&key);
+                    ledger.note_failure(e);
+                    progress.failed.fetch_add(1, Ordering::SeqCst);
                 }
-                ledger.acked.remove(&key);
-                ledger.note_failure(e);
-                progress.failed.fetch_add(1, Ordering::SeqCst);
             }
         }
         if !opts.pace.is_zero() {
             std::thread::sleep(opts.pace);
         }
     }
-    ledger
 }
 
 /// Acknowledged writes (key → value) and failures.

@@ -539,6 +539,18 @@ impl Pika {
         self.query("SLAVEOF", &cmd, None).await
     }
 
+    /// `DELBACKUP` (pika): deletes the dumps under its dump path, unless a replica is copying one. A master answers a
+    /// replica's full sync with the dump it already has whenever that dump's binlog file is still there
+    /// (`PikaServer::TryDBSync`), without checking that its data still comes from it: a pod that was a master, then
+    /// copied another in full, then became a master again served its dump from before the copy (seen: a pod joining
+    /// it got the empty dump of the cluster's creation at `0 0`, then was refused that binlog position for good).
+    /// Send it before a copy replaces the pod's data.
+    pub async fn delete_dumps(&self) -> Result<(), Error> {
+        crate::failpoint::step("DELBACKUP");
+        tracing::debug!(pika = %self.addr, "delbackup");
+        self.query("DELBACKUP", &redis::cmd("DELBACKUP"), None).await
+    }
+
     /// `CLEARREPLICATIONID` (pika): forgets the replication ID (and an unfinished full sync), persisted by pika itself.
     /// pika refuses a master whose ID differs from its own, non-empty one ("replicationid on both sides of the
     /// connection are inconsistent") and stays in its error state; with none it adopts the master's and copies it in

@@ -47,6 +47,11 @@ pub struct MemberHistory {
     pub position: Option<BinlogPosition>,
     /// How its data stands with whatever it follows.
     pub sync: Option<SyncState>,
+    /// A full copy of its master began and did not finish (pika's `is_eligible_for_master_election:false`: it marks
+    /// the copy unfinished until it completes, across `SLAVEOF NO ONE`). It took its master's `ReplicationID` at the
+    /// copy's start, so the ID matches; its binlog, though, says nothing of the data (seen at `0 0`), and a master whose
+    /// binlog does not reach back there refuses its `TrySync` every 10 s for good.
+    pub copy_unfinished: bool,
 }
 
 /// How to point a member at the master.
@@ -66,6 +71,9 @@ pub fn resync_for(master: &str, handover: Option<&Handover>, member: &MemberHist
     };
     if member.sync == Some(SyncState::Error) {
         return Resync::Full("its last master refused its binlog position");
+    }
+    if member.copy_unfinished || member.sync == Some(SyncState::FullSync) {
+        return Resync::Full("its full copy of its last master did not finish");
     }
     if member.replication_id.is_none() || member.replication_id != h.replication_id {
         return Resync::Full("its replication ID is not the master's");
@@ -115,6 +123,7 @@ mod tests {
             replication_id: Some("id".into()),
             position: Some(position),
             sync: Some(SyncState::Connecting),
+            copy_unfinished: false,
         }
     }
 
@@ -153,6 +162,17 @@ mod tests {
     }
 
     #[test]
+    fn a_follower_whose_full_copy_did_not_finish_is_copied_again_in_full() {
+        // It carries the master's ID from the copy's start and a position (here nothing) not past the promotion.
+        let copying = MemberHistory { sync: Some(SyncState::FullSync), ..follower(BinlogPosition::new(0, 0)) };
+        assert!(matches!(resync_for(MASTER, Some(&handover(false)), &copying), Resync::Full(_)));
+        let cut_off = MemberHistory { copy_unfinished: true, ..follower(BinlogPosition::new(0, 0)) };
+        assert!(matches!(resync_for(MASTER, Some(&handover(false)), &cut_off), Resync::Full(_)));
+        let done = MemberHistory { copy_unfinished: false, ..follower(BinlogPosition::new(0, 0)) };
+        assert_eq!(resync_for(MASTER, Some(&handover(false)), &done), Resync::Incremental);
+    }
+
+    #[test]
     fn without_a_record_for_this_master_every_member_copies_it_in_full() {
         let member = follower(BinlogPosition::new(0, 1));
         assert!(matches!(resync_for(MASTER, None, &member), Resync::Full(_)));
@@ -177,14 +197,18 @@ mod tests {
                 Just(Some(SyncState::FullSync)),
                 Just(Some(SyncState::Error)),
             ],
+            any::<bool>(),
         )
-            .prop_map(|(replaced_master, follows_replaced, replication_id, position, sync)| MemberHistory {
-                replaced_master,
-                follows_replaced,
-                replication_id,
-                position,
-                sync,
-            })
+            .prop_map(
+                |(replaced_master, follows_replaced, replication_id, position, sync, copy_unfinished)| MemberHistory {
+                    replaced_master,
+                    follows_replaced,
+                    replication_id,
+                    position,
+                    sync,
+                    copy_unfinished,
+                },
+            )
     }
 
     proptest! {
@@ -201,6 +225,8 @@ mod tests {
             let decided = resync_for(MASTER, recorded.then_some(&h), &member);
             let prefix = recorded
                 && member.sync != Some(SyncState::Error)
+                && member.sync != Some(SyncState::FullSync)
+                && !member.copy_unfinished
                 && member.replication_id.as_deref() == Some("id")
                 && member.position.is_some_and(|p| p <= at)
                 && if member.replaced_master { !unplanned } else { member.follows_replaced && !kept_writing };

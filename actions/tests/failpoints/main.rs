@@ -2,8 +2,7 @@
 //! action at every fail point it passes, runs it again as KubeBlocks would, and checks that the cluster converges
 //! with no key lost. Each records its crash points as trials for `scripts/test.sh`, which fails when a module
 //! recorded nothing. The others run on real pika and the fork (`integration/real_pika/crash.rs`); `crash_scale_many`
-//! counts every slot move of a change, which only the double's request log records, and `crash_member_leave` stands
-//! in while its real version is ignored.
+//! counts every slot move of a change, which only the double's request log records.
 
 #[path = "../support/attack.rs"]
 mod attack;
@@ -20,5 +19,4 @@ mod summary;
 #[path = "../support/mod.rs"]
 mod support;
 
-mod crash_member_leave;
 mod crash_scale_many;

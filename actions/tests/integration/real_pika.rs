@@ -568,8 +568,7 @@ impl Traffic {
     fn assert_kept_so_far(&self, bed: &RealBed) {
         let mut ledger = self.writer.acked_so_far();
         ledger.merge(self.preloaded.clone());
-        let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
-        assert!(check.is_clean(), "acknowledged keys lost so far: {}", check.summary());
+        assert_read_back(&ledger, bed, "acknowledged keys lost so far");
     }
 
     /// Stops the writer and reads every acknowledged key back through the proxy.
@@ -584,11 +583,16 @@ impl Traffic {
         let during = ledger.acked.len();
         let failed = ledger.failed;
         ledger.merge(self.preloaded);
-        let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
-        assert!(check.is_clean(), "acknowledged keys lost: {}", check.summary());
+        assert_read_back(&ledger, bed, "acknowledged keys lost");
         assert!(during > 0, "no write was acknowledged during the operation ({failed} failed)");
         (ledger, during, failed)
     }
+}
+
+/// Reads every key of `ledger` back through the bed's first proxy; `what` names a failure.
+fn assert_read_back(ledger: &Ledger, bed: &RealBed, what: &str) {
+    let check = ledger.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
+    assert!(check.is_clean(), "{what}: {}", check.summary());
 }
 
 /// Every shard a Codis group with its pods, the master Codis lists being a pika master and every replica in sync
@@ -689,15 +693,135 @@ fn a_replica_joins_a_master_that_was_itself_copied_in_full() {
     let pod = bed.shards[0].pod(copied);
     assert_eq!(pod.command(&["SLAVEOF", &master_fqdn, "9221", "force"]), "+OK");
     let in_sync = || {
-        testbed::real::pika::ReplicaState::of(&pod.info_replication())
-            .is_some_and(|r| r.link_up && r.db0 == "connected")
-            && !pod.info_replication().contains("binlog_offset=0 0,")
+        let info = pod.info_replication();
+        testbed::real::pika::ReplicaState::of(&info).is_some_and(|r| r.in_sync())
+            && !info.contains("binlog_offset=0 0,")
     };
     assert!(testbed::cluster::eventually(Duration::from_secs(60), in_sync), "{}", pod.report());
     switchover(&bed, 0);
     assert_eq!(bed.master_ordinal(0), copied, "the copied replica is the master");
     let ordinal = bed.add_pod(0);
     let (name, fqdn) = (bed.shards[0].pod(ordinal).name.clone(), bed.shards[0].pod(ordinal).fqdn.clone());
+    let env = with(bed.env(0), &[("KB_JOIN_MEMBER_POD_NAME", name), ("KB_JOIN_MEMBER_POD_FQDN", fqdn)]);
+    run_to_completion(&bed, &["member-join"], &env);
+    let _ = traffic.finish_on_every_pod(&bed);
+}
+
+/// A pod still making its first full copy when its master is switched over: it took the old master's replication
+/// ID when the copy began and its binlog holds nothing yet, so it must copy the new master in full. Sent there
+/// incrementally it asks the new master for a binlog from where its empty one stands, refused every 10 s for good
+/// (seen in the member-leave crash test: binlog `0 0`, `db0:NoConnect`, the switchover after it refused for the
+/// link). The new master joined after the cluster's creation, so its binlog does not reach back to `0 0`. The pod's
+/// rsync client is slowed (`throttle-bytes-per-second`) so that the copy is still running when the switchover re-points it;
+/// afterwards the pod holds every acknowledged key.
+#[test]
+fn a_pod_still_copying_its_master_when_it_is_switched_over_copies_the_new_master_in_full() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "cut-copy");
+    let old_master = bed.master_ordinal(0);
+    let first_replica = bed.shards[0].pods.iter().find(|p| p.ordinal != old_master).expect("a replica").ordinal;
+    // The next master joins now and copies the master in full under writes: its binlog starts with pika's padding
+    // up to the copy's position, so it cannot serve a binlog from `0 0` (the first replica, made from an empty
+    // master at the cluster's creation, can). The master's dump of the creation, at `0 0`, is deleted first, or pika
+    // would serve it again.
+    assert_eq!(bed.shards[0].pod(old_master).command(&["DELBACKUP"]), "+OK");
+    let next = bed.add_pod(0);
+    let pod_env = |kind: &str, ordinal: u32| {
+        let pod = bed.shards[0].pod(ordinal);
+        with(
+            bed.env(0),
+            &[
+                (&format!("KB_{kind}_MEMBER_POD_NAME"), pod.name.clone()),
+                (&format!("KB_{kind}_MEMBER_POD_FQDN"), pod.fqdn.clone()),
+            ],
+        )
+    };
+    run_to_completion(&bed, &["member-join"], &pod_env("JOIN", next));
+    let copied = || {
+        let info = bed.shards[0].pod(next).info_replication();
+        testbed::real::pika::ReplicaState::of(&info).is_some_and(|r| r.in_sync())
+            && !info.contains("binlog_offset=0 0,")
+    };
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), copied), "{}", bed.shards[0].pod(next).report());
+    // The first replica leaves: the next master is the switchover's only candidate.
+    run_to_completion(&bed, &["member-leave"], &pod_env("LEAVE", first_replica));
+    bed.remove_pod(0, first_replica);
+    let joined = bed.add_pod(0);
+    let pod = bed.shards[0].pod(joined);
+    let env = with(
+        bed.env(0),
+        &[("KB_JOIN_MEMBER_POD_NAME", pod.name.clone()), ("KB_JOIN_MEMBER_POD_FQDN", pod.fqdn.clone())],
+    );
+    assert_eq!(pod.command(&["CONFIG", "SET", "throttle-bytes-per-second", "1024"]), "+OK");
+    // member-join sends the SLAVEOF, then waits for a link the slowed copy keeps down: a short budget ends it (75).
+    let out = bed.run(&["member-join"], &with(env.clone(), &[("ACTION_BUDGET_SECONDS", "5".into())]));
+    assert_eq!(out.status.code(), Some(75), "member-join: {}", describe(&out));
+    let copying = || pod.info_replication().contains("is_eligible_for_master_election:false");
+    assert!(testbed::cluster::eventually(Duration::from_secs(20), copying), "no copy began: {}", pod.report());
+    let copies_before = pod.pika_log().matches("Need Wait To Sync").count();
+    // The switchover waits for every member in sync: once the pod has left the old master, its copy goes at full
+    // speed again.
+    let old_fqdn = bed.shards[0].pod(old_master).fqdn.clone();
+    let unthrottled = std::thread::scope(|scope| {
+        let lift = scope.spawn(|| {
+            let moved = || {
+                testbed::real::pika::ReplicaState::of(&pod.info_replication())
+                    .is_some_and(|s| s.master_host != old_fqdn)
+            };
+            testbed::cluster::eventually(Duration::from_secs(60), moved)
+                && pod.command(&["CONFIG", "SET", "throttle-bytes-per-second", "209715200"]) == "+OK"
+        });
+        switchover(&bed, 0);
+        lift.join().expect("the thread lifting the throttle")
+    });
+    assert!(unthrottled, "the pod never left {old_fqdn}: {}", pod.report());
+    let new_master = bed.master_ordinal(0);
+    assert!(new_master != old_master && new_master != joined, "the switchover went to {new_master}");
+    run_to_completion(&bed, &["member-join"], &env);
+    let master_fqdn = bed.shards[0].pod(new_master).fqdn.clone();
+    let in_sync =
+        || testbed::real::pika::ReplicaState::of(&pod.info_replication()).is_some_and(|s| s.in_sync_with(&master_fqdn));
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), in_sync), "{}", pod.report());
+    let _ = traffic.finish_on_every_pod(&bed);
+    let log = pod.pika_log();
+    let copies = log.matches("Need Wait To Sync").count();
+    let sync_lines = ["Need Wait", "dbsync info", "Change db", "TrySync", "Remove Master", "RsyncClient"];
+    let history: Vec<&str> = log.lines().filter(|l| sync_lines.iter().any(|w| l.contains(w))).collect();
+    assert!(copies > copies_before, "the pod was not copied again from its new master:\n{}", history.join("\n"));
+}
+
+/// A pod that served a full copy as a master, was then copied in full itself and became the master again serves a
+/// new dump to the next pod that joins, never the one from before its own copy. pika reuses the dump it has while
+/// that dump's binlog file exists (`PikaServer::TryDBSync`), and the dump no longer matches its data or its binlog,
+/// which starts with the copy's padding: seen in the member-leave crash test, a pod joining got the empty dump of the
+/// cluster's creation at `0 0` and was then refused that binlog position for good. Here the pod is copied in full by
+/// the product (a replica's switchover repairing pika's error state); the new pod must hold every acknowledged key.
+#[test]
+fn a_master_that_was_copied_in_full_serves_a_new_dump_to_a_joining_pod() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "stale-dump");
+    let first = bed.master_ordinal(0);
+    let keys = write_through_proxy(&bed, "before", 200);
+    switchover(&bed, 0);
+    let second = bed.master_ordinal(0);
+    assert_ne!(second, first, "the switchover moved nothing");
+    diverge(&bed, first, second, "stray");
+    let pod = bed.shards[0].pod(first);
+    let env = with(
+        bed.env(0),
+        &[
+            ("KB_SWITCHOVER_CURRENT_NAME", pod.name.clone()),
+            ("KB_SWITCHOVER_CURRENT_FQDN", pod.fqdn.clone()),
+            ("KB_SWITCHOVER_ROLE", "slave".into()),
+        ],
+    );
+    run_to_completion(&bed, &["switchover"], &env);
+    let ok = testbed::cluster::eventually(Duration::from_secs(30), || repaired(&bed, first, second, "stray", &keys));
+    assert!(ok, "{} was not copied in full from {}: {}", pod.name, second, pod.report());
+    switchover(&bed, 0);
+    assert_eq!(bed.master_ordinal(0), first, "the copied pod is the master again");
+    let joined = bed.add_pod(0);
+    let (name, fqdn) = (bed.shards[0].pod(joined).name.clone(), bed.shards[0].pod(joined).fqdn.clone());
     let env = with(bed.env(0), &[("KB_JOIN_MEMBER_POD_NAME", name), ("KB_JOIN_MEMBER_POD_FQDN", fqdn)]);
     run_to_completion(&bed, &["member-join"], &env);
     let _ = traffic.finish_on_every_pod(&bed);
@@ -1367,7 +1491,7 @@ fn a_replica_pointed_back_after_diverging_resyncs_on_redis_server_and_stays_stuc
     let bed = bed(1, 2, Line::V1_1, 0);
     let (master, replica) = (bed.shards[0].pod(0), bed.shards[0].pod(1));
     let state = || ReplicaState::of(&replica.info_replication());
-    let in_sync = || state().is_some_and(|s| s.link_up && s.db0 == "connected");
+    let in_sync = || state().is_some_and(|s| s.in_sync());
     let pika_follow = || replica.command(&["SLAVEOF", &master.fqdn, "9221"]);
     assert!(pika_follow().contains("OK"), "SLAVEOF refused");
     assert!(testbed::cluster::eventually(Duration::from_secs(20), in_sync), "pika replica never synced: {:?}", state());
@@ -1412,8 +1536,7 @@ fn diverge(bed: &RealBed, ordinal: u32, master: u32, stray: &str) {
 fn repaired(bed: &RealBed, ordinal: u32, master: u32, stray: &str, keys: &[String]) -> bool {
     use testbed::real::pika::ReplicaState;
     let (pod, master) = (bed.shards[0].pod(ordinal), bed.shards[0].pod(master));
-    ReplicaState::of(&pod.info_replication())
-        .is_some_and(|s| s.master_host == master.fqdn && s.link_up && s.db0 == "connected")
+    ReplicaState::of(&pod.info_replication()).is_some_and(|s| s.in_sync_with(&master.fqdn))
         && pod.command(&["EXISTS", &format!("{stray}:0")]) == ":0"
         && bed.missing_on(0, ordinal, keys).is_empty()
 }
@@ -1452,13 +1575,13 @@ fn a_replicas_switchover_resyncs_a_replica_in_pikas_error_state_in_full() {
 }
 
 /// Three master switchovers under a writer: each time, the replica that is neither the old master nor the new one
-/// leaves the old master before it follows the new one. Its own log shows its replication client closing the old master's link
-/// before its sync with the new master is accepted (pika closes the old link only at its next 3 s cron; a replica
-/// sent straight to the new master syncs with it about 0.2 s after the `SLAVEOF`, and the old master's messages then
-/// reach the new session: the member-leave crash test found such a replica missing 33 acknowledged writes), no
-/// session mismatch is logged after it left, and no acknowledged key is lost on any pod.
+/// leaves the old master before it follows the new one: the old master's log shows it dropped the replica's link
+/// before the replica's own log shows its sync with the new master accepted (pika closes the old link only at the
+/// replica's next 3 s cron; a replica sent straight to the new master syncs with it about 0.2 s after the `SLAVEOF`,
+/// and the old master's messages then reach the new session: the member-leave crash test found such a replica
+/// missing 33 acknowledged writes), no session mismatch is logged after it left, and no acknowledged key is lost on
+/// any pod.
 #[test]
-#[ignore = "the product sends a replica straight to the new master (SLAVEOF) while its old link is open: the check fails in 3 of 5 single moves here; the fix that makes it pass is not landed yet (issue 36)"]
 fn a_replica_moved_to_a_new_master_leaves_the_old_one_first() {
     let bed = created(1, 3, Line::V1_1);
     let traffic = Traffic::start(&bed, "leave-first");
@@ -1470,24 +1593,43 @@ fn a_replica_moved_to_a_new_master_leaves_the_old_one_first() {
         let new = bed.master_ordinal(0);
         assert_ne!(new, old, "the switchover moved nothing");
         let moved = bed.shards[0].pods.iter().find(|p| p.ordinal != old && p.ordinal != new).expect("a third pod");
-        let old_fqdn = &bed.shards[0].pod(old).fqdn;
+        let old_pod = bed.shards[0].pod(old);
         let log = moved.pika_log();
         let lines: Vec<&str> = log.lines().collect();
         let left = lines
             .iter()
-            .rposition(|l| l.contains("Remove Master Success") && l.contains(old_fqdn.as_str()))
-            .unwrap_or_else(|| panic!("{} never left {old_fqdn}:\n{log}", moved.name));
+            .rposition(|l| l.contains("Remove Master Success") && l.contains(old_pod.fqdn.as_str()))
+            .unwrap_or_else(|| panic!("{} never left {}:\n{log}", moved.name, old_pod.fqdn));
         let after = &lines[left..];
-        let closed = after.iter().position(|l| l.contains("ReplClient Close conn") && l.contains(old_fqdn.as_str()));
-        let synced = after.iter().position(|l| l.contains("TrySync Ok"));
         let report = after.join("\n");
-        let (Some(closed), Some(synced)) = (closed, synced) else {
-            panic!("{} did not both close the old link and sync with the new master:\n{report}", moved.name);
-        };
-        assert!(closed < synced, "{} synced with the new master before it closed the old link:\n{report}", moved.name);
+        let synced = after
+            .iter()
+            .find(|l| l.contains("TrySync Ok"))
+            .unwrap_or_else(|| panic!("{} did not sync with the new master:\n{report}", moved.name));
+        // The old master's own record of dropping the link, between the replica's leaving and its new sync.
+        let dropped = format!("Delete Slave Success, ip_port: {}:9221", moved.net.addr);
+        let old_log = old_pod.pika_log();
+        let dropped_at = old_log
+            .lines()
+            .filter(|l| l.contains(&dropped))
+            .map(glog_time)
+            .find(|&at| at >= glog_time(after[0]) && at <= glog_time(synced));
+        assert!(
+            dropped_at.is_some(),
+            "{} synced with the new master before {} dropped its link:\n{report}\n--- {} ---\n{}",
+            moved.name,
+            old_pod.name,
+            old_pod.name,
+            old_log.lines().filter(|l| l.contains(&moved.net.addr.to_string())).collect::<Vec<_>>().join("\n")
+        );
         assert!(!report.contains("SessionId Mismatch"), "a session mismatch after {} left:\n{report}", moved.name);
     }
     let _ = traffic.finish_on_every_pod(&bed);
+}
+
+/// The time of a glog line (`I20261207 03:53:46.236635 ...`), as text that sorts in time order.
+fn glog_time(line: &str) -> &str {
+    line.get(1..25).unwrap_or_default()
 }
 
 /// Issue 33: a master's switchover with a replica in pika's error state. Named as the candidate it is refused (exit 2
@@ -1618,7 +1760,7 @@ fn a_failover_after_a_failover_promotes_no_stale_server_and_loses_no_key_written
     let master_fqdn = bed.shards[0].pod(second).fqdn.clone();
     let in_sync = || {
         testbed::real::pika::ReplicaState::of(&bed.shards[0].pod(first).info_replication())
-            .is_some_and(|s| s.master_host == master_fqdn && s.link_up && s.db0 == "connected")
+            .is_some_and(|s| s.in_sync_with(&master_fqdn))
     };
     let synced = testbed::cluster::eventually(Duration::from_secs(60), in_sync);
     assert!(synced, "the first master never synced from the second: {}", bed.shards[0].pod(first).info_replication());
@@ -1724,11 +1866,8 @@ mod emulated {
                 let mut last = None;
                 let in_sync = testbed::cluster::eventually(Duration::from_secs(30), || {
                     last = ReplicaState::of(&pika.lock().unwrap().info_replication());
-                    last.as_ref().is_some_and(|r| {
-                        (r.master_host == master_fqdn || r.master_host == master_ip)
-                            && r.link_up
-                            && r.db0 == "connected"
-                    })
+                    last.as_ref()
+                        .is_some_and(|r| (r.master_host == master_fqdn || r.master_host == master_ip) && r.in_sync())
                 });
                 assert!(in_sync, "[{line}] {} is not in sync with {}: {last:?}", pod.name, master_pod.name);
             }

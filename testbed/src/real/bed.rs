@@ -47,8 +47,7 @@ pub struct RealShard {
     /// Its block of pod addresses in the bed's /24 (a deleted shard's block is taken again).
     index: usize,
     /// Where in its block the next pod's address is looked for: a pod added after one was deleted gets another
-    /// address, as a new Kubernetes pod does. A master keeps listing a replica killed without its socket closed until
-    /// its keepalive timeout, and refuses a new one linking from the same address meanwhile ("Slave AlreadyExist").
+    /// address, as a new Kubernetes pod usually does (a pod reusing a gone pod's address is not modelled).
     next_slot: usize,
 }
 
@@ -276,7 +275,7 @@ impl RealBed {
         let ordinal = shard.pods.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
         assert!(ordinal < MAX_ORDINALS, "a real bed has room for {MAX_ORDINALS} pods per shard");
         let block = shard.index * MAX_ORDINALS as usize;
-        let used: Vec<usize> = shard.pods.iter().map(|p| usize::from(p.net.addr.octets()[3]) - 10).collect();
+        let used: Vec<usize> = shard.pods.iter().map(|p| usize::from(p.net.slot)).collect();
         let offset = (0..MAX_ORDINALS as usize)
             .map(|k| (shard.next_slot + k) % MAX_ORDINALS as usize)
             .find(|&o| !used.contains(&(block + o)))
@@ -392,7 +391,7 @@ impl RealBed {
     /// When the binary cannot be run.
     #[must_use]
     pub fn run(&self, args: &[&str], env: &BTreeMap<String, String>) -> Output {
-        self.action_command(args, env).output().expect("run pika-action")
+        self.action_command(None, args, env).output().expect("run pika-action")
     }
 
     /// [`RealBed::run`] inside the network namespace of pod `ordinal` of shard `index`, where kbagent runs beside
@@ -403,22 +402,12 @@ impl RealBed {
     #[must_use]
     pub fn run_in_pod(&self, index: usize, ordinal: u32, args: &[&str], env: &BTreeMap<String, String>) -> Output {
         let ns = self.shards[index].pod(ordinal).net.ns.clone();
-        self.action_command_in(Some(&ns), args, env).output().expect("run pika-action")
+        self.action_command(Some(&ns), args, env).output().expect("run pika-action")
     }
 
     /// `pika-action <args>` as kbagent starts it (no shell, working directory `/`, exactly `env` plus PATH), with
-    /// the bed's names resolving as in the cluster.
-    fn action_command(&self, args: &[&str], env: &BTreeMap<String, String>) -> std::process::Command {
-        self.action_command_in(None, args, env)
-    }
-
-    /// [`RealBed::action_command`] in network namespace `ns` (the root one when `None`).
-    fn action_command_in(
-        &self,
-        ns: Option<&str>,
-        args: &[&str],
-        env: &BTreeMap<String, String>,
-    ) -> std::process::Command {
+    /// the bed's names resolving as in the cluster, in network namespace `ns` (the root one when `None`).
+    fn action_command(&self, ns: Option<&str>, args: &[&str], env: &BTreeMap<String, String>) -> std::process::Command {
         let mut command = self.network.command(ns, &self.action);
         command
             .args(args)
@@ -453,7 +442,7 @@ impl RealBed {
         let log = self.network.dir().join("watcher.log");
         let file = std::fs::File::create(&log).expect("the watcher's log");
         let child = self
-            .action_command(&["watch"], &vars)
+            .action_command(None, &["watch"], &vars)
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().expect("the watcher's log"))
             .stderr(file)
@@ -562,8 +551,7 @@ impl RealBed {
                 last.as_ref().is_some_and(|r| {
                     (r.master_host == master.fqdn || r.master_host == master.net.addr.to_string())
                         && r.master_port == PIKA_PORT
-                        && r.link_up
-                        && r.db0 == "connected"
+                        && r.in_sync()
                 })
             });
             assert!(

@@ -47,6 +47,8 @@ pub struct PodNet {
     pub ns: String,
     /// The pod's address on the bed's bridge.
     pub addr: Ipv4Addr,
+    /// Its slot in the bed's /24, from which `addr` was made ([`Network::pod_addr`]).
+    pub slot: u8,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -252,7 +254,7 @@ impl Network {
         // A pod made again (a replica scaled in, then out) keeps its namespace and address, as a StatefulSet pod
         // keeps its name.
         if !self.namespaces.lock().unwrap_or_else(PoisonError::into_inner).insert(ns.clone()) {
-            return Ok(PodNet { ns, addr });
+            return Ok(PodNet { ns, addr, slot });
         }
         ip(&["netns", "add", &ns])?;
         ip(&["link", "add", &host_end, "type", "veth", "peer", "name", &pod_end])?;
@@ -269,7 +271,7 @@ impl Network {
         inside(&["addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
         inside(&["link", "set", "eth0", "up"])?;
         inside(&["route", "add", "default", "via", &self.node().to_string()])?;
-        Ok(PodNet { ns, addr })
+        Ok(PodNet { ns, addr, slot })
     }
 
     /// Adds a veth pair of its own to the root namespace, down (removed with the lease's links). The fork's proxy

@@ -330,4 +330,17 @@ impl ReplicaState {
             db0: db0.trim().to_owned(),
         })
     }
+
+    /// Its link is up and db0 takes the binlog incrementally: pika's `master_link_status:up` alone does not say db0
+    /// is in sync.
+    #[must_use]
+    pub fn in_sync(&self) -> bool {
+        self.link_up && self.db0 == "connected"
+    }
+
+    /// In sync with the master it was told to follow as `master_host` (the spelling given to `SLAVEOF`).
+    #[must_use]
+    pub fn in_sync_with(&self, master_host: &str) -> bool {
+        self.master_host == master_host && self.in_sync()
+    }
 }

@@ -212,7 +212,7 @@ fn switchover_to(bed: &RealBed, target: u32) {
     env.insert("KB_SWITCHOVER_CANDIDATE_NAME".into(), pod.name.clone());
     env.insert("KB_SWITCHOVER_CANDIDATE_FQDN".into(), pod.fqdn.clone());
     for _ in 0..10 {
-        let ready = || ReplicaState::of(&pod.info_replication()).is_some_and(|r| r.link_up && r.db0 == "connected");
+        let ready = || ReplicaState::of(&pod.info_replication()).is_some_and(|r| r.in_sync());
         let ready = testbed::cluster::eventually(Duration::from_secs(30), ready);
         assert!(ready, "{} never in sync:\n{}", pod.name, pod.report());
         let out = bed.run(&["switchover"], &env);
@@ -242,7 +242,6 @@ fn switchover_to(bed: &RealBed, target: u32) {
 /// sync, no fence, lock or other record of an operation under way left, a further run changing nothing; one
 /// promote per master leaving and none per replica; every key acknowledged through the fork's proxy kept.
 #[test]
-#[ignore = "loses acknowledged keys: every key is now read back after each point, and in 3 of 5 runs here 33 to 35 consecutive acknowledged writes were missing once a replica re-pointed at a new master under writes was promoted in turn: pika left its link to the old master open until its next 3 s cron and logged a session mismatch right after its sync with the new master. A fix that detaches the replica first (SLAVEOF NO ONE, wait for the old master to drop it) passed 4 of 4 runs without loss but made a pod joining after a master left fail the next switchover (its link down) in 5 of 8 runs; not landed yet (issue 36)"]
 fn member_leave_killed_at_any_mutation_converges_on_real_pika_when_run_again() {
     let mut bed = created(1, 3, Line::V1_1);
     let traffic = Traffic::start(&bed, "crash-leave");
@@ -671,10 +670,8 @@ fn watcher_trial(bed: &mut RealBed, ledger: &testbed::Ledger, var: &str, value: 
     assert!(alone, "crash before {label}: pika masters {:?}, Codis lists {master}", live());
     let other = bed.shards[0].pods.iter().map(|p| p.ordinal).find(|&o| o != old && o != master).expect("a replica");
     let master_fqdn = bed.shards[0].pod(master).fqdn.clone();
-    let follows = || {
-        ReplicaState::of(&bed.shards[0].pod(other).info_replication())
-            .is_some_and(|s| s.master_host == master_fqdn && s.link_up && s.db0 == "connected")
-    };
+    let follows =
+        || ReplicaState::of(&bed.shards[0].pod(other).info_replication()).is_some_and(|s| s.in_sync_with(&master_fqdn));
     assert!(
         testbed::cluster::eventually(patience, follows),
         "crash before {label}: the other replica does not follow the new master in sync:\n{}",

@@ -257,7 +257,7 @@ fn after_a_failover_and_the_old_masters_return_the_forks_health_checks_agree_wit
     let new_master = (bed.shards[0].pod(promoted).server(), bed.shards[0].pod(promoted).fqdn.clone());
     let follows = || {
         testbed::real::pika::ReplicaState::of(&bed.shards[0].pod(old).info_replication())
-            .is_some_and(|s| s.master_host == new_master.1 && s.link_up && s.db0 == "connected")
+            .is_some_and(|s| s.in_sync_with(&new_master.1))
     };
     assert!(
         testbed::cluster::eventually(Duration::from_secs(60), follows),
