@@ -32,6 +32,8 @@ use std::time::Duration;
 
 use crate::clients::codis::{Group, Stats};
 use crate::clients::kube::ObjectRef;
+use crate::clients::pika::Replication;
+use crate::clients::server::ServerAddr;
 use crate::error::{Error, Result};
 use crate::input::address::HostPort;
 use crate::input::context::Context;
@@ -43,6 +45,9 @@ use crate::steps::transfer::{self, Transfer};
 
 /// Pause between two attempts at something that is not reachable yet.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long a master back on its pod asks its group's members again while none answers.
+const SILENT_MEMBERS_GRACE: Duration = Duration::from_secs(10);
 
 /// What [`decide`] concluded for a pod Codis names as its group's master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +202,20 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
     let has_data = volume_has_data(&data)?;
     let others: Vec<String> =
         group.servers.iter().map(|gs| gs.server.clone()).filter(|srv| !srv.eq_ignore_ascii_case(&server)).collect();
-    let infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    let mut infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    // Every member silent: they may only be busy (seen: AUTH unanswered for over 1 s on both replicas right after
+    // their master was killed); ask again for a while before deciding without them.
+    let deadline = tokio::time::Instant::now() + ctx.budget.cap(SILENT_MEMBERS_GRACE);
+    while !infos.is_empty() && infos.values().all(Result::is_err) && tokio::time::Instant::now() < deadline {
+        for (member, error) in infos.iter().filter_map(|(m, i)| i.as_ref().err().map(|e| (m, e))) {
+            tracing::warn!(gid, member, error, "member not reachable; asking again");
+        }
+        tokio::time::sleep(ctx.budget.cap(RETRY_PAUSE)).await;
+        infos = transfer::survey_within(&s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    }
+    for (member, error) in infos.iter().filter_map(|(m, i)| i.as_ref().err().map(|e| (m, e))) {
+        tracing::warn!(gid, member, error, "member not reachable");
+    }
     let own_at = s.dial(&server)?;
     let held_data = transfer::group_held_data(&s, gid).await;
     let (_, members) = transfer::member_facts_with(group, &server, &own_at, &infos, held_data);
@@ -292,18 +310,29 @@ fn fail_closed(config: &Path, why: &str) -> Result<String> {
     }
 }
 
-/// Members that still replicate this pod although Codis lists another master: a handover or failover stopped after
-/// its promote. They are re-pointed at Codis's master, under the group's transfer lock, before this pod starts, so
-/// that none resyncs from it while it is empty. A failure is fatal only when this volume is empty; with data here, a
-/// member left following this pod is merely chained behind a replica until the watcher's repair re-points it.
+/// Members that still replicate this pod although Codis lists another master, or follow nobody: a handover or
+/// failover stopped after its promote, or between a member's `SLAVEOF NO ONE` and its `SLAVEOF` (a member leaves its
+/// old master before it follows the new one). They are re-pointed at Codis's master, under the group's transfer
+/// lock, before this pod starts, so that none resyncs from it while it is empty and none is left a master Codis does
+/// not route to. A failure is fatal only when this volume is empty; with data here, a member left following this pod
+/// is merely chained behind a replica until the watcher's repair re-points it.
 async fn repoint_followers(s: &Session<'_>, group: &Group, server: &str, data: &Path) -> Result<()> {
     let gid = group.id;
     let own_at = s.dial(server)?;
-    let others: Vec<String> =
-        group.servers.iter().map(|gs| gs.server.clone()).filter(|m| !m.eq_ignore_ascii_case(server)).collect();
+    let master = group.master().unwrap_or_default();
+    // An alias stands for another group's master during a split: never re-pointed from here.
+    let others: Vec<String> = group
+        .servers
+        .iter()
+        .map(|gs| gs.server.clone())
+        .filter(|m| !m.eq_ignore_ascii_case(server) && !ServerAddr::of(m).is_alias())
+        .collect();
     let infos = transfer::survey_within(s, &others, transfer::UNPLANNED_SURVEY_TIMEOUT).await;
+    let left_behind = |m: &String, i: &Replication| {
+        i.follows(&own_at) || (!i.role.is_slave() && !m.eq_ignore_ascii_case(master) && i.connected_slaves == 0)
+    };
     let followers: Vec<&String> =
-        infos.iter().filter(|(_, i)| i.as_ref().is_ok_and(|i| i.follows(&own_at))).map(|(m, _)| m).collect();
+        infos.iter().filter(|(m, i)| i.as_ref().is_ok_and(|i| left_behind(m, i))).map(|(m, _)| m).collect();
     if followers.is_empty() {
         return Ok(());
     }

@@ -296,8 +296,6 @@ async fn forget_own_history(s: &Session<'_>, server: &str, alias: &str, donor_id
     tracing::info!(server, "forgetting the pod's own replication ID so that it can copy the donor");
     conn.slaveof_no_one().await?;
     conn.clear_replication_id().await?;
-    // Its dumps hold its data before the copy: a master serves the dump it has (see `Pika::delete_dumps`).
-    conn.delete_dumps().await?;
     conn.config_rewrite().await?;
     Ok(())
 }
