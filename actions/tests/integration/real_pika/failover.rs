@@ -312,7 +312,7 @@ fn after_a_failover_and_the_old_masters_return_the_forks_health_checks_agree_wit
 /// (it waits half the detection time, then dials anew), not the master: no second failover, and the new master
 /// keeps serving. A probe waiting the whole detection time would fail the live master over to the other replica.
 #[test]
-#[ignore = "lost acknowledged keys once: in the fresh-clone CI run at 6d969b7, 104 of the 500 keys preloaded (and found on every pod) before the master was killed were missing through the proxy at the end (the last ones written, hung:pre:396 onward); no second failover. It passed 3 of 3 runs here beside that CI run; the cause is not found, and whether this session's re-point changes (detach, copy-unfinished rule) play a part is not known (issue 36)"]
+#[ignore = "loses acknowledged keys under load, and did before this session's changes: 104 of its 500 preloaded keys (held by every pod before the master was killed) missing at the end in the fresh-clone CI run at 6d969b7; here 3 of 8 runs at 6d969b7 beside a crash test (55, 497, 304 lost) and 4 of 8 at 69adfdc beside a busy core (98, 326, ...); no second failover. Cause not found (issue 36)"]
 fn a_probe_hung_on_a_dropped_connection_fails_no_master_over_a_second_time() {
     let mut bed = bed(1, 3, Line::V1_1, 1);
     create(&bed);
