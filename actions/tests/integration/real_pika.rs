@@ -807,15 +807,7 @@ fn a_master_that_was_copied_in_full_serves_a_new_dump_to_a_joining_pod() {
     assert_ne!(second, first, "the switchover moved nothing");
     diverge(&bed, first, second, "stray");
     let pod = bed.shards[0].pod(first);
-    let env = with(
-        bed.env(0),
-        &[
-            ("KB_SWITCHOVER_CURRENT_NAME", pod.name.clone()),
-            ("KB_SWITCHOVER_CURRENT_FQDN", pod.fqdn.clone()),
-            ("KB_SWITCHOVER_ROLE", "slave".into()),
-        ],
-    );
-    run_to_completion(&bed, &["switchover"], &env);
+    replica_switchover(&bed, pod);
     let ok = testbed::cluster::eventually(Duration::from_secs(30), || repaired(&bed, first, second, "stray", &keys));
     assert!(ok, "{} was not copied in full from {}: {}", pod.name, second, pod.report());
     switchover(&bed, 0);
@@ -1541,6 +1533,19 @@ fn repaired(bed: &RealBed, ordinal: u32, master: u32, stray: &str, keys: &[Strin
         && bed.missing_on(0, ordinal, keys).is_empty()
 }
 
+/// The switchover KubeBlocks calls for replica `pod` of shard 0 before it restarts it, run to completion.
+fn replica_switchover(bed: &RealBed, pod: &testbed::real::pika::PikaPod) {
+    let env = with(
+        bed.env(0),
+        &[
+            ("KB_SWITCHOVER_CURRENT_NAME", pod.name.clone()),
+            ("KB_SWITCHOVER_CURRENT_FQDN", pod.fqdn.clone()),
+            ("KB_SWITCHOVER_ROLE", "slave".into()),
+        ],
+    );
+    run_to_completion(bed, &["switchover"], &env);
+}
+
 /// One shard of three pods: its master, the replica to put in pika's error state (the one the ordinal rule would
 /// promote: the highest ordinal above the master, else the lowest below) and the other, healthy replica.
 fn one_replica_to_spoil() -> (RealBed, u32, u32, u32) {
@@ -1560,15 +1565,7 @@ fn a_replicas_switchover_resyncs_a_replica_in_pikas_error_state_in_full() {
     let keys = write_through_proxy(&bed, "before", 200);
     diverge(&bed, spoiled, master, "stray");
     let pod = bed.shards[0].pod(spoiled);
-    let env = with(
-        bed.env(0),
-        &[
-            ("KB_SWITCHOVER_CURRENT_NAME", pod.name.clone()),
-            ("KB_SWITCHOVER_CURRENT_FQDN", pod.fqdn.clone()),
-            ("KB_SWITCHOVER_ROLE", "slave".into()),
-        ],
-    );
-    run_to_completion(&bed, &["switchover"], &env);
+    replica_switchover(&bed, pod);
     assert_eq!(bed.master_ordinal(0), master, "a replica's switchover moved the master");
     let ok = testbed::cluster::eventually(Duration::from_secs(30), || repaired(&bed, spoiled, master, "stray", &keys));
     assert!(ok, "{} was not resynced from its master: {}", pod.name, pod.info_replication());
