@@ -55,13 +55,23 @@ fn pods_report(bed: &RealBed) -> String {
     bed.shards.iter().flat_map(|s| &s.pods).map(testbed::real::pika::PikaPod::report).collect::<Vec<_>>().join("\n")
 }
 
+/// The value [`write_through_proxy`] writes to `key`.
+fn value_of(key: &str) -> String {
+    format!("v-{key}")
+}
+
+/// `keys` with the values [`write_through_proxy`] wrote, as [`RealBed::missing_on`] takes them.
+fn written(keys: &[String]) -> std::collections::BTreeMap<String, String> {
+    keys.iter().map(|k| (k.clone(), value_of(k))).collect()
+}
+
 /// Writes `n` keys through the proxy; returns them.
 fn write_through_proxy(bed: &RealBed, prefix: &str, n: usize) -> Vec<String> {
     let mut conn = bed.proxies[0].connect().expect("connect to codis-proxy");
     (0..n)
         .map(|i| {
             let key = format!("{prefix}:{i}");
-            let reply = conn.command(&["SET", &key, &format!("v-{key}")]).expect("SET through codis-proxy");
+            let reply = conn.command(&["SET", &key, &value_of(&key)]).expect("SET through codis-proxy");
             assert_eq!(reply, "+OK", "SET {key} through codis-proxy");
             key
         })
@@ -71,7 +81,7 @@ fn write_through_proxy(bed: &RealBed, prefix: &str, n: usize) -> Vec<String> {
 /// Every key of `keys` whose value read through the proxy is not the one written.
 fn missing_through_proxy(bed: &RealBed, keys: &[String]) -> Vec<String> {
     let mut conn = bed.proxies[0].connect().expect("connect to codis-proxy");
-    keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&format!("v-{k}"))).cloned().collect()
+    keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&value_of(k))).cloned().collect()
 }
 
 #[test]
@@ -115,9 +125,10 @@ fn post_provision_registers_a_shard_of_real_pikas_on_the_forks_dashboard() {
     let keys = write_through_proxy(&bed, "first", 200);
     assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new(), "keys lost through the proxy");
     // The replica holds them too, once its binlog is applied.
-    let held =
-        testbed::cluster::eventually(std::time::Duration::from_secs(20), || bed.missing_on(0, 1, &keys).is_empty());
-    assert!(held, "the replica lacks {} of 200 keys", bed.missing_on(0, 1, &keys).len());
+    let held = testbed::cluster::eventually(std::time::Duration::from_secs(20), || {
+        bed.missing_on(0, 1, &written(&keys)).is_empty()
+    });
+    assert!(held, "the replica lacks {} of 200 keys", bed.missing_on(0, 1, &written(&keys)).len());
 
     // Running it again changes nothing.
     let out = bed.run(&["post-provision"], &bed.env(0));
@@ -463,8 +474,9 @@ fn only_the_password_opens_pika_and_it_reaches_no_log() {
     // Codis, the proxy and the replica still work with the password.
     let keys = write_through_proxy(&bed, "auth", 100);
     assert_eq!(missing_through_proxy(&bed, &keys), Vec::<String>::new());
-    let held = testbed::cluster::eventually(Duration::from_secs(20), || bed.missing_on(0, 1, &keys).is_empty());
-    assert!(held, "the replica lacks {} of 100 keys", bed.missing_on(0, 1, &keys).len());
+    let held =
+        testbed::cluster::eventually(Duration::from_secs(20), || bed.missing_on(0, 1, &written(&keys)).is_empty());
+    assert!(held, "the replica lacks {} of 100 keys", bed.missing_on(0, 1, &written(&keys)).len());
     let (host, port) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_owned(), p.to_owned())).expect("host:port");
     let probe = BTreeMap::from([
         ("PIKA_HOST".to_owned(), host),
@@ -1530,7 +1542,7 @@ fn repaired(bed: &RealBed, ordinal: u32, master: u32, stray: &str, keys: &[Strin
     let (pod, master) = (bed.shards[0].pod(ordinal), bed.shards[0].pod(master));
     ReplicaState::of(&pod.info_replication()).is_some_and(|s| s.in_sync_with(&master.fqdn))
         && pod.command(&["EXISTS", &format!("{stray}:0")]) == ":0"
-        && bed.missing_on(0, ordinal, keys).is_empty()
+        && bed.missing_on(0, ordinal, &written(keys)).is_empty()
 }
 
 /// The switchover KubeBlocks calls for replica `pod` of shard 0 before it restarts it, run to completion.
@@ -1668,7 +1680,7 @@ fn a_masters_switchover_never_promotes_a_replica_in_pikas_error_state_and_resync
 fn a_replica_that_was_in_pikas_error_state_is_not_elected_when_its_master_dies() {
     let (bed, master, spoiled, healthy) = one_replica_to_spoil();
     let keys = write_through_proxy(&bed, "before", 200);
-    let caught_up = || bed.missing_on(0, healthy, &keys).is_empty();
+    let caught_up = || bed.missing_on(0, healthy, &written(&keys)).is_empty();
     assert!(testbed::cluster::eventually(Duration::from_secs(20), caught_up), "the healthy replica never caught up");
     // The watcher starts once the replica is in error: running before, it re-points a replica that leaves its master
     // (the divergence's SLAVEOF NO ONE) before the stray writes land.

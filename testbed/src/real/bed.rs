@@ -565,12 +565,16 @@ impl RealBed {
         group.id
     }
 
-    /// The keys of `keys` that pod `ordinal` of shard `index` does not hold with the value `v-<key>` (read from that
-    /// pika directly; pika's DBSIZE counts only after a keyspace scan).
+    /// The keys of `expected` (key → value written) that pod `ordinal` of shard `index` does not hold with that
+    /// value (read from that pika directly; pika's DBSIZE counts only after a keyspace scan).
     #[must_use]
-    pub fn missing_on(&self, index: usize, ordinal: u32, keys: &[String]) -> Vec<String> {
+    pub fn missing_on(&self, index: usize, ordinal: u32, expected: &BTreeMap<String, String>) -> Vec<String> {
         let mut conn = self.shards[index].pod(ordinal).connect();
-        keys.iter().filter(|k| conn.command(&["GET", k]).ok().as_deref() != Some(&format!("v-{k}"))).cloned().collect()
+        expected
+            .iter()
+            .filter(|(k, v)| conn.command(&["GET", k]).ok().as_deref() != Some(v.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 }
 
