@@ -142,14 +142,6 @@ pub enum Refusal {
         /// Why.
         source: std::io::Error,
     },
-    /// The dumps of a pod about to be copied in full could not be deleted.
-    #[error("cannot delete pika's dumps under {} ({source}): a master serves the dump it has, and this one predates the copy pika makes at this start", .dir.display())]
-    DumpsUndeletable {
-        /// The dump directory.
-        dir: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
     /// pika's config could not be rewritten.
     #[error("cannot write {} ({source})", .path.display())]
     ConfigUnwritable {
@@ -192,7 +184,6 @@ pub async fn run(ctx: &Context, event: &crate::input::event::Rejoin) -> Result<S
         salvage_tail(&s, gid, &server, config, volume_has_data(&data)?, kube_api.as_deref()).await?;
         let said = follow(&s, config, &server, master, gid)?;
         if std::fs::read_to_string(config).is_ok_and(|text| copies_in_full(&text)) {
-            drop_dumps(config)?;
             transfer::mark_copied(&s, &server).await;
         }
         return Ok(said);
@@ -534,33 +525,6 @@ pub fn data_dir_of(config: &Path) -> PathBuf {
     config_path(config, "db-path", "db")
 }
 
-/// pika's dump directory according to its config: `dump-path` (as [`data_dir_of`] reads `db-path`), else
-/// `<dir>/dump`.
-#[must_use]
-pub fn dump_dir_of(config: &Path) -> PathBuf {
-    config_path(config, "dump-path", "dump")
-}
-
-/// Deletes the dumps of a pika that copies its master in full at this start: a master answers a replica's full sync
-/// with the dump it already has while that dump's binlog file exists (`PikaServer::TryDBSync`), without checking that
-/// its data still comes from it, so a dump from before the copy would be served should this pod become a master
-/// (`Pika::delete_dumps` does the same on a running pika).
-///
-/// # Errors
-/// The directory exists and cannot be deleted.
-pub fn drop_dumps(config: &Path) -> Result<()> {
-    let dir = dump_dir_of(config);
-    crate::failpoint::step("delete dumps");
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => {
-            tracing::info!(dir = %dir.display(), "deleted the dumps from before this pod's full copy");
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(Refusal::DumpsUndeletable { dir, source }.into()),
-    }
-}
-
 /// pika's binlog of `db0` according to its config: `<log-path>/log_db0` (`log-path` as [`data_dir_of`] reads
 /// `db-path`, else `<dir>/log`).
 #[must_use]
@@ -759,20 +723,6 @@ mod tests {
         assert_eq!(data_dir_of(&conf), dir.path().join("./db2/"));
         std::fs::write(&conf, "port 1\n").unwrap();
         assert_eq!(data_dir_of(&conf), dir.path().join("db"));
-    }
-
-    #[test]
-    fn the_dumps_of_a_pod_copied_in_full_are_deleted_and_a_missing_dump_directory_is_fine() {
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("pika.conf");
-        std::fs::write(&conf, "port : 9221\ndump-path : ./dump/\n").unwrap();
-        let dump = dir.path().join("./dump/").join("dump-20261207").join("db0");
-        std::fs::create_dir_all(&dump).unwrap();
-        std::fs::write(dump.join("info"), "0s\n").unwrap();
-        drop_dumps(&conf).unwrap();
-        assert!(!dir.path().join("dump").exists(), "the dump directory is still there");
-        drop_dumps(&conf).unwrap();
-        assert!(dir.path().join("pika.conf").exists(), "the config went with the dumps");
     }
 
     #[test]

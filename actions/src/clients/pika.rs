@@ -544,7 +544,7 @@ impl Pika {
     /// (`PikaServer::TryDBSync`), without checking that its data still comes from it: a pod that was a master, then
     /// copied another in full, then became a master again served its dump from before the copy (seen: a pod joining
     /// it got the empty dump of the cluster's creation at `0 0`, then was refused that binlog position for good).
-    /// Send it before a copy replaces the pod's data.
+    /// Send it before the pod becomes a master.
     pub async fn delete_dumps(&self) -> Result<(), Error> {
         crate::failpoint::step("DELBACKUP");
         tracing::debug!(pika = %self.addr, "delbackup");

@@ -347,15 +347,12 @@ pub(crate) async fn relink_following(s: &Session<'_>, server: &str, master: &str
         return Ok(Relink::NotYet);
     }
     conn.slaveof_no_one().await?;
-    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(LINK_DROP_WAIT);
-    while tokio::time::Instant::now() < deadline && lists_replica(s, master, server).await {
-        tokio::time::sleep(s.ctx.budget.cap(LINK_DROP_POLL)).await;
-    }
+    await_link_dropped(s, &master_at, server).await;
     conn.slaveof(&master_at).await?;
     Ok(Relink::Relinked)
 }
 
-/// How often [`relink_following`] asks whether the master dropped the old link.
+/// How often [`await_link_dropped`] asks whether the master dropped the old link.
 const LINK_DROP_POLL: Duration = Duration::from_millis(50);
 
 /// How long a re-link waits for the master to drop the old link: the replica closes it at its next 3 s replication
@@ -468,22 +465,48 @@ pub async fn await_relinked(s: &Session<'_>, gid: u32, server: &str, master: &st
 /// that cannot be told.
 pub(crate) async fn lists_replica(s: &Session<'_>, master: &str, server: &str) -> bool {
     let Ok(at) = s.dial(master) else { return true };
-    replica_listed(s, &at, server).await.unwrap_or(true)
+    let Some(links) = MasterLinks::open(s, &at, server).await else { return true };
+    links.lists().await.unwrap_or(true)
 }
 
-/// Whether the pika at `master` lists a link of `server` (its IP and port); `None` when that cannot be told.
-async fn replica_listed(s: &Session<'_>, master: &HostPort, server: &str) -> Option<bool> {
-    let at = s.dial(server).ok()?;
-    let lookup = tokio::net::lookup_host((at.host().to_owned(), at.port()));
-    let addrs: Vec<std::net::SocketAddr> =
-        tokio::time::timeout(s.ctx.budget.cap(CALL_TIMEOUT), lookup).await.ok()?.ok()?.collect();
-    let timeout = s.ctx.budget.cap(CALL_TIMEOUT);
-    let conn = Pika::connect(master, s.ctx.secrets.pika_password.as_deref(), timeout).await.ok()?;
-    let info = conn.info_replication().await.ok()?;
-    Some(info.replicas.iter().any(|r| {
-        let ip = r.ip.parse::<std::net::IpAddr>().ok();
-        addrs.iter().any(|a| Some(a.ip()) == ip && a.port() == r.port)
-    }))
+/// Waits, at most [`LINK_DROP_WAIT`], until the pika at `master` lists no link of `server`; waits no more once that
+/// cannot be told (a master that does not answer, as a dead old master, keeps no link anyone needs gone).
+async fn await_link_dropped(s: &Session<'_>, master: &HostPort, server: &str) {
+    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(LINK_DROP_WAIT);
+    let Some(links) = MasterLinks::open(s, master, server).await else { return };
+    while tokio::time::Instant::now() < deadline && links.lists().await == Some(true) {
+        tokio::time::sleep(s.ctx.budget.cap(LINK_DROP_POLL)).await;
+    }
+}
+
+/// One master's replica links, asked about one replica: the replica's addresses resolved once and one connection to
+/// the master kept, so that a wait polling every [`LINK_DROP_POLL`] neither resolves nor dials and authenticates
+/// each time.
+struct MasterLinks {
+    conn: Pika,
+    /// The replica's socket addresses, as the master lists a link (IP and port).
+    replica: Vec<std::net::SocketAddr>,
+}
+
+impl MasterLinks {
+    /// `None` when `server` does not resolve or `master` cannot be reached in time.
+    async fn open(s: &Session<'_>, master: &HostPort, server: &str) -> Option<Self> {
+        let at = s.dial(server).ok()?;
+        let lookup = tokio::net::lookup_host((at.host().to_owned(), at.port()));
+        let replica = tokio::time::timeout(s.ctx.budget.cap(CALL_TIMEOUT), lookup).await.ok()?.ok()?.collect();
+        let timeout = s.ctx.budget.cap(CALL_TIMEOUT);
+        let conn = Pika::connect(master, s.ctx.secrets.pika_password.as_deref(), timeout).await.ok()?;
+        Some(Self { conn, replica })
+    }
+
+    /// Whether the master lists a link of the replica; `None` when it does not answer.
+    async fn lists(&self) -> Option<bool> {
+        let info = self.conn.info_replication().await.ok()?;
+        Some(info.replicas.iter().any(|r| {
+            let ip = r.ip.parse::<std::net::IpAddr>().ok();
+            self.replica.iter().any(|a| Some(a.ip()) == ip && a.port() == r.port)
+        }))
+    }
 }
 
 /// The servers the watcher last saw out of sync, with what it saw. Empty when etcd cannot say: the members' own
@@ -874,6 +897,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
                 ),
             });
         }
+        delete_dumps_of(s, &to).await?;
         write_fence(s, gid, fence.as_ref(), &to).await?;
         if !t.unplanned {
             catch_up(s, &master, &to, CLOSE_ENOUGH_BYTES).await;
@@ -927,10 +951,29 @@ pub async fn promote_split(s: &Session<'_>, gid: u32, alias: &str, to: &str) -> 
     if fence.is_some() {
         crate::steps::hold::release(s, gid).await;
     }
+    delete_dumps_of(s, to).await?;
     write_fence(s, gid, fence.as_ref(), to).await?;
     catch_up(s, alias, to, CLOSE_ENOUGH_BYTES).await;
     let stats = s.stats().await?;
     promote_held(s, &stats, gid, alias, to).await
+}
+
+/// Deletes the dumps of `to`, a pika about to be promoted (`DELBACKUP`). A master answers a replica's full sync with
+/// the dump it already has while that dump's binlog file exists (`PikaServer::TryDBSync`), without checking that its
+/// data still comes from it; a pod's data is replaced whenever it copies a master in full (by the product, by a
+/// split, or by pika on its own), and only masters serve copies: every pod the product makes a master passes here,
+/// so none serves a dump from before its data was last replaced (seen: a pod joining got the empty dump of the
+/// cluster's creation and lost 33,120 keys). A replica serves no copy, so nothing in use is deleted; the next copy
+/// makes a new dump.
+///
+/// # Errors
+/// pika's, when `to` does not answer or refuses.
+async fn delete_dumps_of(s: &Session<'_>, to: &str) -> Result<()> {
+    let conn = s.pika(to).await?;
+    if conn.info_replication().await?.kind == pika::ServerKind::Pika {
+        conn.delete_dumps().await?;
+    }
+    Ok(())
 }
 
 /// The promote of a planned transfer, with the group's writes held at the proxies ([`crate::steps::hold`]) from
@@ -1569,10 +1612,7 @@ async fn detach(
     }
     let from = HostPort::new(host.clone(), port);
     conn.slaveof_no_one().await?;
-    let deadline = tokio::time::Instant::now() + s.ctx.budget.cap(LINK_DROP_WAIT);
-    while tokio::time::Instant::now() < deadline && replica_listed(s, &from, server).await == Some(true) {
-        tokio::time::sleep(s.ctx.budget.cap(LINK_DROP_POLL)).await;
-    }
+    await_link_dropped(s, &from, server).await;
     tracing::info!(server, from = %from, "left its old master before following the new one");
     Ok(())
 }
@@ -1598,9 +1638,6 @@ pub(crate) async fn copy_in_full(
     }
     if forget_id {
         conn.clear_replication_id().await?;
-    }
-    if info.kind == pika::ServerKind::Pika {
-        conn.delete_dumps().await?;
     }
     conn.slaveof_full_sync(master, info.kind).await?;
     conn.config_rewrite().await

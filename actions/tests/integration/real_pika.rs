@@ -831,6 +831,45 @@ fn a_master_that_was_copied_in_full_serves_a_new_dump_to_a_joining_pod() {
     let _ = traffic.finish_on_every_pod(&bed);
 }
 
+/// A split's pod that becomes its shard's master serves the next pod that joins a dump of what it holds since the
+/// split, never the one it made for its own replica when its shard was created (empty, at `0 0`): the split copies
+/// the new pods from the donor in full, which leaves pika's dump of before in place, and pika reuses a dump while
+/// that dump's binlog file exists (`PikaServer::TryDBSync`). The split makes the shard's free replica its master, so
+/// a switchover gives mastership back to pod 0, the one that served the copy at creation. The joining pod must hold
+/// every key its master holds.
+#[test]
+fn a_splits_pod_made_master_serves_a_new_dump_to_a_joining_pod() {
+    let mut bed = created(1, 2, Line::V1_1);
+    let traffic = Traffic::start(&bed, "split-dump");
+    let keys = write_through_proxy(&bed, "before", 400);
+    scale_out_by(&mut bed, 1, 2);
+    assert_healthy(&bed);
+    let index = bed.shards.len() - 1;
+    if bed.master_ordinal(index) != 0 {
+        switchover(&bed, index);
+    }
+    assert_eq!(bed.master_ordinal(index), 0, "pod 0, which served its replica's copy at creation, is not the master");
+    let joined = bed.add_pod(index);
+    let (name, fqdn) = (bed.shards[index].pod(joined).name.clone(), bed.shards[index].pod(joined).fqdn.clone());
+    let env = with(bed.env(index), &[("KB_JOIN_MEMBER_POD_NAME", name), ("KB_JOIN_MEMBER_POD_FQDN", fqdn)]);
+    run_to_completion(&bed, &["member-join"], &env);
+    // The keys written before the split that the new shard's master holds, the joined pod must hold too.
+    let master = bed.master_ordinal(index);
+    let mut on_master = written(&keys);
+    let elsewhere = bed.missing_on(index, master, &on_master);
+    on_master.retain(|k, _| !elsewhere.contains(k));
+    assert!(!on_master.is_empty(), "the split gave the new shard none of the keys written before it");
+    let copied = || bed.missing_on(index, joined, &on_master).is_empty();
+    assert!(
+        testbed::cluster::eventually(Duration::from_secs(30), copied),
+        "the joined pod lacks {} of the {} keys its master holds: {}",
+        bed.missing_on(index, joined, &on_master).len(),
+        on_master.len(),
+        bed.shards[index].pod(joined).report()
+    );
+    let _ = traffic.finish_on_every_pod(&bed);
+}
+
 /// A switchover under a writer as fast as the proxy answers, with the failover watcher running as the chart runs it:
 /// no acknowledged key lost, and afterwards every pod, the old master among them, holds what its new master holds.
 /// pika lets the old master go of its last replica only at that replica's next 3 s replication cron, after the
