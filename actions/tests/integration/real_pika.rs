@@ -2030,10 +2030,32 @@ mod emulated {
 
     fn scale_shards(line: Line, from: u32, to: u32) {
         let kb = created(line, "rkh", from, 2);
+        let before: Vec<String> = kb.shards().into_iter().map(|s| s.full).collect();
         writing_during(&kb, "scale", || {
             step(&kb, "scale shards", kb.scale_shards(to));
             assert_converged(&kb, to as usize, 2);
         });
+        // Each shard that went was drained by its line's scale-in action, which succeeded.
+        let remaining: Vec<String> = kb.shards().into_iter().filter(|s| !s.deleting).map(|s| s.full).collect();
+        let gone: Vec<&String> = before.iter().filter(|f| !remaining.contains(f)).collect();
+        assert_eq!(gone.len(), before.len().saturating_sub(to as usize), "[{}] shards gone", line.chart_value());
+        for full in gone {
+            let drained = kb.actions().into_iter().any(|a| {
+                a.result.is_ok()
+                    && match line {
+                        Line::V1_0 => {
+                            a.action == "preTerminate"
+                                && a.component == *full
+                                && a.env.get("KB_CLUSTER_COMPONENT_IS_SCALING_IN").map(String::as_str) == Some("true")
+                        }
+                        Line::V1_1 => {
+                            a.action == "udf-shardingShardRemove"
+                                && a.env.get("KB_REMOVE_SHARD_NAME").is_some_and(|n| n == full)
+                        }
+                    }
+            });
+            assert!(drained, "[{}] {full} was not drained by its scale-in action", line.chart_value());
+        }
         step(&kb, "delete", kb.delete_cluster());
     }
 
@@ -2143,6 +2165,16 @@ mod emulated {
     #[test]
     fn scale_in_four_to_three_on_1_0() {
         scale_shards(Line::V1_0, 4, 3);
+    }
+
+    #[test]
+    fn scale_in_four_to_two_on_1_0() {
+        scale_shards(Line::V1_0, 4, 2);
+    }
+
+    #[test]
+    fn scale_in_four_to_two_on_1_1() {
+        scale_shards(Line::V1_1, 4, 2);
     }
 
     #[test]

@@ -425,14 +425,28 @@ fn assert_settled(bed: &RealBed, args: &[&str], env: &BTreeMap<String, String>) 
     assert_eq!(layout(bed), before, "a further {args:?} changed the cluster");
 }
 
-/// A scale-out by one shard of two pods and the scale-in of that shard, each killed before each of its mutations in
-/// turn — on 1.1 the shardAdd (which splits the new shard off a donor: the new pods made to forget their replication
-/// IDs, copied from the donor under an alias, the cutover's promote, the donor's cleanup of the slots it gave) and
-/// the shardRemove (the drain's migrations, the group's removal); on 1.0 the leaving component's preTerminate, the
-/// scale-out uncrashed — then run again as KubeBlocks calls it again, on one bed whose cluster each
-/// point leaves to the next: after each, the cluster healthy and settled ([`assert_settled`]), no key of a slot a
-/// group does not own on any pod; at the end every key acknowledged through the fork's proxy kept on every pod.
-fn scale_killed_everywhere(line: Line) {
+/// Which crash points one test of [`scale_killed_everywhere`] takes, so that the 1.1 points (about 40 of the
+/// shardAdd's, 15 of the shardRemove's, half a minute each) are shared by two tests CI runs side by side.
+struct Share {
+    /// The scale-out's points, the first one on; `None`: none (uncrashed, on 1.0 and in the 1.1 share that crashes
+    /// the scale-out's later points only from there).
+    out: Option<std::ops::RangeInclusive<usize>>,
+    /// Whether the scale-in is killed at every one of its points (else it runs uncrashed, to give the next point its
+    /// cluster back).
+    scale_in: bool,
+    /// Mutations this share's scale-out points must include.
+    needed: &'static [&'static str],
+}
+
+/// A scale-out by one shard of two pods and the scale-in of that shard, each killed before each of its mutations
+/// that `share` takes in turn — on 1.1 the shardAdd (which splits the new shard off a donor: the new pods made to
+/// forget their replication IDs, copied from the donor under an alias, the cutover's promote, the donor's cleanup of
+/// the slots it gave) and the shardRemove (the drain's migrations, the group's removal); on 1.0 the leaving
+/// component's preTerminate, the scale-out uncrashed — then run again as KubeBlocks calls it again, on one bed whose
+/// cluster each point leaves to the next: after each, the cluster healthy and settled ([`assert_settled`]), no key
+/// of a slot a group does not own on any pod; at the end every key acknowledged through the fork's proxy kept on
+/// every pod.
+fn scale_killed_everywhere(line: Line, share: &Share) {
     let mut bed = created(2, 2, line);
     // Each writer cycles through 500 keys: the data stays the same size over some fifty operations, and with it
     // the split's cleanup, whose every DEL of up to 1000 keys is a crash point.
@@ -440,10 +454,13 @@ fn scale_killed_everywhere(line: Line) {
     let mut points = Category::new(format!("crash: scale-out and scale-in, real pika and fork ({line:?})"));
     // On 1.0 the new component's postProvision runs the very split 1.1's shardAdd runs (the same steps, crashed
     // there): here only its preTerminate, which 1.1 does not run, is crashed.
-    let (mut out_done, mut in_done) = (line == Line::V1_0, false);
+    let (mut out_done, mut in_done) = (share.out.is_none(), !share.scale_in);
     let (mut out_tried, mut in_tried) = (Vec::new(), Vec::new());
-    for n in 1..=100 {
-        if out_done && in_done {
+    let first = share.out.as_ref().map_or(1, |r| *r.start());
+    for n in first..first + 100 {
+        let crash_out = share.out.as_ref().filter(|r| r.contains(&n) && !out_done).map(|_| n);
+        let crash_in = (!in_done).then_some(n);
+        if crash_out.is_none() && crash_in.is_none() {
             break;
         }
         let index = bed.add_shard(2);
@@ -455,15 +472,14 @@ fn scale_killed_everywhere(line: Line) {
             }
             Line::V1_0 => (&["post-provision"], bed.env(index)),
         };
-        let crash_at = (!out_done).then_some(n);
-        let crash = watched_trial(&bed, &mut points, ("scale-out", n), (out_args, &out_env), crash_at, || {
+        let crash = watched_trial(&bed, &mut points, ("scale-out", n), (out_args, &out_env), crash_out, || {
             assert_settled(&bed, out_args, &out_env);
         });
-        match crash {
-            Some(what) => out_tried.push(what),
-            None => out_done = true,
+        match (crash_out, crash) {
+            (None, _) => {}
+            (Some(_), Some(what)) => out_tried.push(what),
+            (Some(_), None) => out_done = true,
         }
-
         let (in_args, in_env): (&[&str], _) = match line {
             Line::V1_1 => {
                 let full = bed.shards[index].full.clone();
@@ -477,8 +493,7 @@ fn scale_killed_everywhere(line: Line) {
             }
         };
         let gid = bed.topology().group_of(&bed.shards[index].pods[0].server()).map(|g| g.id);
-        let crash_at = (!in_done).then_some(n);
-        let crash = watched_trial(&bed, &mut points, ("scale-in", n), (in_args, &in_env), crash_at, || {
+        let crash = watched_trial(&bed, &mut points, ("scale-in", n), (in_args, &in_env), crash_in, || {
             let topology = bed.topology();
             for pod in &bed.shards[index].pods {
                 assert!(topology.group_of(&pod.server()).is_none(), "{} is still in Codis: {topology:?}", pod.name);
@@ -498,22 +513,39 @@ fn scale_killed_everywhere(line: Line) {
             super::assert_owns_only(&bed);
             assert_eq!(records_under_way(&bed), Vec::<String>::new(), "records of an operation under way left");
         });
-        match crash {
-            Some(what) => in_tried.push(what),
-            None => in_done = true,
+        match (crash_in, crash) {
+            (None, _) => {}
+            (Some(_), Some(what)) => in_tried.push(what),
+            (Some(_), None) => in_done = true,
         }
     }
-    assert!(out_done && in_done, "the scale-out or scale-in never completed within 100 crash points");
     eprintln!("scale-out crash points: {out_tried:?}\nscale-in crash points: {in_tried:?}");
-    if line == Line::V1_1 {
-        for needed in ["/group/promote/", "SLAVEOF", "CLEARREPLICATIONID", "/slots/assign/"] {
-            assert!(out_tried.iter().any(|p| p.contains(needed)), "no scale-out crash point before {needed}");
+    assert!(in_done, "the scale-in never completed within 100 crash points");
+    // The shares must meet: a bounded share crashes every point of its range (the scale-out does not complete
+    // within it), the last share crashes at least one and sees the scale-out complete. Else the boundary is to move.
+    match &share.out {
+        Some(out) if *out.end() == usize::MAX => {
+            assert!(!out_tried.is_empty(), "the scale-out has fewer than {} mutations: no crash point", out.start());
+            assert!(out_done, "the scale-out never completed within 100 crash points");
         }
+        Some(out) => assert!(
+            !out_done && out_tried.len() == out.end() - out.start() + 1,
+            "the scale-out did not reach past {out:?} (the later share would crash nothing): {out_tried:?}"
+        ),
+        None => {}
     }
-    assert!(
-        in_tried.iter().any(|p| p.contains("/group/remove/")),
-        "no scale-in crash point before the group's removal"
-    );
+    for needed in share.needed {
+        assert!(
+            out_tried.iter().any(|p| p.contains(needed)),
+            "no scale-out crash point before {needed}: {out_tried:?}"
+        );
+    }
+    if share.scale_in {
+        assert!(
+            in_tried.iter().any(|p| p.contains("/group/remove/")),
+            "no scale-in crash point before the group's removal"
+        );
+    }
     points.trial("no acknowledged key lost over every crash and rerun, on every pod", || {
         let _ = traffic.finish_on_every_pod(&bed);
     });
@@ -553,14 +585,25 @@ fn watched_trial(
     crash
 }
 
+/// The scale-out's first 20 points (the new pods forgetting their history and copying the donor) and every point of
+/// the scale-in.
 #[test]
-fn a_scale_out_and_in_on_1_1_killed_at_any_mutation_converge_on_real_pika_when_run_again() {
-    scale_killed_everywhere(Line::V1_1);
+fn a_scale_out_and_in_on_1_1_killed_at_any_early_mutation_converge_on_real_pika_when_run_again() {
+    let share = Share { out: Some(1..=20), scale_in: true, needed: &["SLAVEOF", "CLEARREPLICATIONID"] };
+    scale_killed_everywhere(Line::V1_1, &share);
+}
+
+/// The scale-out's points from the 21st on (the cutover's promote, the slots' assignment, the donor's cleanup), to
+/// its completion.
+#[test]
+fn a_scale_out_on_1_1_killed_at_any_later_mutation_converges_on_real_pika_when_run_again() {
+    let share = Share { out: Some(21..=usize::MAX), scale_in: false, needed: &["/group/promote/", "/slots/assign/"] };
+    scale_killed_everywhere(Line::V1_1, &share);
 }
 
 #[test]
 fn a_scale_out_and_in_on_1_0_killed_at_any_mutation_converge_on_real_pika_when_run_again() {
-    scale_killed_everywhere(Line::V1_0);
+    scale_killed_everywhere(Line::V1_0, &Share { out: None, scale_in: true, needed: &[] });
 }
 
 /// `member-join` of a new, empty pod killed before each of its mutations in turn (the pod's SLAVEOF and CONFIG
