@@ -439,7 +439,8 @@ impl RealBed {
         let pod = format!("{}-codis-dashboard-0", self.name);
         let mut vars = crate::cluster::watcher_env(&self.env(0), &pod, 2000, 500, 5);
         vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-        let log = self.network.dir().join("watcher.log");
+        // One log per identity: two watchers may run at once.
+        let log = self.network.dir().join(format!("watcher-{}.log", vars.get("POD_NAME").map_or("", String::as_str)));
         let file = std::fs::File::create(&log).expect("the watcher's log");
         let child = self
             .action_command(None, &["watch"], &vars)
@@ -595,6 +596,12 @@ impl Watcher {
     /// Whether it has exited (a crash point aborts it).
     pub fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL, as a crashed pod: its etcd lease is neither revoked nor renewed.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -585,20 +585,20 @@ fn watched_trial(
     crash
 }
 
-/// The scale-out's first 20 points (the new pods forgetting their history and copying the donor) and every point of
-/// the scale-in.
+/// The scale-out's first 20 points (the new pods forgetting their history and copying the donor, the slots' assignment
+/// to the new group under the alias) and every point of the scale-in.
 #[test]
 fn a_scale_out_and_in_on_1_1_killed_at_any_early_mutation_converge_on_real_pika_when_run_again() {
-    let share = Share { out: Some(1..=20), scale_in: true, needed: &["SLAVEOF", "CLEARREPLICATIONID"] };
-    scale_killed_everywhere(Line::V1_1, &share);
+    let needed = &["SLAVEOF", "CLEARREPLICATIONID", "/slots/assign/"];
+    scale_killed_everywhere(Line::V1_1, &Share { out: Some(1..=20), scale_in: true, needed });
 }
 
-/// The scale-out's points from the 21st on (the cutover's promote, the slots' assignment, the donor's cleanup), to
-/// its completion.
+/// The scale-out's points from the 21st on (the cutover's promote, the donor's cleanup, the rebalance), to its
+/// completion.
 #[test]
 fn a_scale_out_on_1_1_killed_at_any_later_mutation_converges_on_real_pika_when_run_again() {
-    let share = Share { out: Some(21..=usize::MAX), scale_in: false, needed: &["/group/promote/", "/slots/assign/"] };
-    scale_killed_everywhere(Line::V1_1, &share);
+    let needed = &["/group/promote/", "DEL"];
+    scale_killed_everywhere(Line::V1_1, &Share { out: Some(21..=usize::MAX), scale_in: false, needed });
 }
 
 #[test]

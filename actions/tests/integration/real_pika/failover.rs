@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use testbed::real::bed::{Line, RealBed};
+use testbed::real::bed::{Line, RealBed, Watcher};
 use testbed::Ledger;
 
 use super::{bed, create, failed_over, run_to_completion, wait_for_relinks, with, writer};
@@ -361,6 +361,52 @@ fn a_probe_hung_on_a_dropped_connection_fails_no_master_over_a_second_time() {
     let during = during.stop();
     let check = during.verify_through_authed(bed.proxies[0].data_addr(), Some(&bed.password));
     assert!(check.is_clean(), "writes after the failover: {}", check.summary());
+}
+
+/// Two watchers at once, as during a rollout of the dashboard's pods: one leads and fails a killed master over while
+/// the other stands by and does nothing; the leader killed in turn (its lease neither revoked nor renewed), the other
+/// leads once that lease ends and fails the next killed master over. One promote per failover in the fork's log, a
+/// third pod promoted the second time, and every preloaded key kept.
+#[test]
+fn two_watchers_elect_one_that_fails_over_and_the_other_takes_over_when_it_dies() {
+    let mut bed = bed(1, 3, Line::V1_1, 1);
+    create(&bed);
+    let preloaded = preload(&bed, "two");
+    let a = bed.start_watcher_with(&[("POD_NAME", "watcher-a")]);
+    let b = bed.start_watcher_with(&[("POD_NAME", "watcher-b")]);
+    let said = |w: &Watcher, what: &str| w.log().lines().any(|l| l.contains(what));
+    let elected =
+        || (said(&a, "leading:") || said(&b, "leading:")) && (said(&a, "standing by") || said(&b, "standing by"));
+    // A watcher waiting for the lock says it stands by when its wait (four leases, 20 s) ends.
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), elected), "{}\n{}", a.log(), b.log());
+    let (mut leader, standby) = if said(&a, "leading:") { (a, b) } else { (b, a) };
+    assert!(!said(&standby, "leading:"), "both lead:\n{}\n{}", leader.log(), standby.log());
+    let promotes_before = promotes(&bed);
+
+    let first = bed.master_ordinal(0);
+    bed.shards[0].pod_mut(first).kill();
+    let second = failed_over(&bed, first, &leader);
+    // Done once its job re-pointed the other replica at the new master and saw it in sync.
+    let done = || said(&leader, "failover done");
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", leader.log());
+    assert!(!said(&standby, "failing over"), "the standby acted:\n{}", standby.log());
+
+    leader.kill();
+    let leads = || said(&standby, "leading:");
+    assert!(testbed::cluster::eventually(Duration::from_secs(30), leads), "never took over:\n{}", standby.log());
+    bed.shards[0].pod_mut(second).kill();
+    let third = failed_over(&bed, second, &standby);
+    assert!(![first, second].contains(&third), "{third} was promoted again:\n{}", standby.log());
+    let counted = || promotes(&bed) - promotes_before >= 2;
+    assert!(testbed::cluster::eventually(Duration::from_secs(30), counted), "{}", bed.dashboard.log());
+    assert_eq!(promotes(&bed) - promotes_before, 2, "promotes in the fork's log:\n{}", bed.dashboard.log());
+    assert_eq!(bed.shards[0].pod(third).role(), "master");
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+}
+
+/// Promotes the fork's dashboard ran, as its log counts them (it logs `resync to prepared` once per promote).
+fn promotes(bed: &RealBed) -> usize {
+    bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
 }
 
 /// A scale-in drains a shard onto the only other one, whose master is SIGKILLed while the slots migrate onto it:
