@@ -404,6 +404,38 @@ fn two_watchers_elect_one_that_fails_over_and_the_other_takes_over_when_it_dies(
     assert_kept(&bed, 0, preloaded, "preloaded keys lost");
 }
 
+/// A replica that is down is left alone: for three detection times nothing is failed over and Codis keeps the group
+/// as it was; when the master dies too, the live replica is promoted (never the down one), the down one stays
+/// registered (nothing is ever deleted from Codis), one promote in all, and every preloaded key is kept.
+#[test]
+fn a_replica_that_is_down_is_left_alone_and_stays_registered_when_the_master_fails_over() {
+    let mut bed = bed(1, 3, Line::V1_1, 1);
+    create(&bed);
+    let preloaded = preload(&bed, "down");
+    let watcher = bed.start_watcher();
+    let leads = || watcher.log().contains("leading:");
+    assert!(testbed::cluster::eventually(Duration::from_secs(20), leads), "{}", watcher.log());
+    // The groups' members in Codis' order (the fork's own checks mark a down server's health, not the product).
+    let members = |bed: &RealBed| bed.topology().groups.iter().map(|g| (g.id, g.servers.clone())).collect::<Vec<_>>();
+    let before = (promotes(&bed), members(&bed));
+    let old = bed.master_ordinal(0);
+    let down = (old + 2) % 3;
+    bed.shards[0].pod_mut(down).kill();
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!watcher.log().contains("failing over"), "acted on a replica that is down:\n{}", watcher.log());
+    assert_eq!((promotes(&bed), members(&bed)), before, "codis changed for a replica that is down");
+
+    bed.shards[0].pod_mut(old).kill();
+    let new = failed_over(&bed, old, &watcher);
+    assert!(![old, down].contains(&new), "promoted a dead member {new}:\n{}", watcher.log());
+    let done = || watcher.log().contains("failover done");
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", watcher.log());
+    let group = bed.topology().groups.into_iter().next().expect("the group");
+    assert_eq!(group.servers.len(), 3, "a member was removed from codis: {group:?}");
+    assert_eq!(promotes(&bed) - before.0, 1, "promotes in the fork's log:\n{}", bed.dashboard.log());
+    assert_kept(&bed, 0, preloaded, "preloaded keys lost");
+}
+
 /// Promotes the fork's dashboard ran, as its log counts them (it logs `resync to prepared` once per promote).
 fn promotes(bed: &RealBed) -> usize {
     bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
