@@ -15,9 +15,7 @@ rm -rf "$reliability"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-# Four tests at a time in each binary on two cores: a test on the real servers mostly waits on them (a crash test
-# alone left the two cores 80% idle).
-cargo test --workspace --all-features --locked --no-fail-fast -- --test-threads=4 2>&1 | tee "$log" || status=$?
+cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 
 echo
 awk '/^test result: / { p += $4; f += $6; i += $8 }
