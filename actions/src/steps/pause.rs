@@ -95,14 +95,21 @@ pub async fn resume_left(s: &Session<'_>, gid: u32) -> Result<bool> {
     Ok(left)
 }
 
-/// Whether the executor is paused for a promote (disabled, with a pause record): a drain or rebalance waits then,
-/// as it waits for any batch.
+/// Whether the executor is paused for a promote (disabled, with a pause record, or enabled again since `stats` was
+/// read): a drain or rebalance waits then, as it waits for any batch.
 pub async fn paused_for_promote(s: &Session<'_>, stats: &Stats) -> bool {
     if !stats.slot_action.disabled {
         return false;
     }
     let Ok(etcd) = s.etcd() else { return false };
-    etcd.list(&dir(&s.prefix())).await.is_ok_and(|records| !records.is_empty())
+    if etcd.list(&dir(&s.prefix())).await.is_ok_and(|records| !records.is_empty()) {
+        return true;
+    }
+    // A promote resumes the executor before it deletes its record, so `stats`, read before the record went, may
+    // still show its pause (seen: a drain refused beside a split's promote). Only an executor still disabled now,
+    // with no record, is an operator's pause; one enabled again counts as a pause just ended, and the caller looks
+    // again.
+    s.stats().await.is_ok_and(|now| !now.slot_action.disabled)
 }
 
 #[cfg(test)]
