@@ -1763,6 +1763,12 @@ fn failed_over(bed: &RealBed, killed: u32, watcher: &testbed::real::bed::Watcher
     failed_over_in(bed, 0, killed, watcher)
 }
 
+/// Promotes the fork's dashboard ran so far: each logs "resync to prepared" once (`topom_group.go`). Not its last
+/// line, "resync to finished": the dashboard's logger holds its latest line until the next one (seen held over 60 s).
+fn promotes(bed: &RealBed) -> usize {
+    bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
+}
+
 /// Waits until Codis lists a master other than `killed` for shard `index`; returns its ordinal.
 fn failed_over_in(bed: &RealBed, index: usize, killed: u32, watcher: &testbed::real::bed::Watcher) -> u32 {
     let dead = bed.shards[index].pod(killed).server();

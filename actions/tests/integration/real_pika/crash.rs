@@ -13,7 +13,7 @@ use std::time::Duration;
 use testbed::real::bed::{Line, RealBed};
 use testbed::real::pika::ReplicaState;
 
-use super::{created, run_to_completion, with_etcd, Traffic};
+use super::{created, promotes, run_to_completion, with_etcd, Traffic};
 use crate::summary::Category;
 use crate::support::describe;
 
@@ -39,12 +39,6 @@ fn expire_locks(bed: &RealBed) {
             }
         }
     });
-}
-
-/// Promotes the dashboard ran so far: each logs "resync to prepared" once (`topom_group.go`). Not its last line,
-/// "resync to finished": the dashboard's logger holds its latest line until the next one (seen held over 60 s).
-fn promotes(bed: &RealBed) -> usize {
-    bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
 }
 
 /// Checks that the dashboard ran exactly `expected` promotes since its log counted `since` (waiting for its log,

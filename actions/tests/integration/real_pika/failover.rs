@@ -7,7 +7,7 @@ use std::time::Duration;
 use testbed::real::bed::{Line, RealBed, Watcher};
 use testbed::Ledger;
 
-use super::{bed, create, failed_over, run_to_completion, wait_for_relinks, with, writer};
+use super::{bed, create, failed_over, promotes, run_to_completion, wait_for_relinks, with, writer};
 
 /// Every acknowledged key of `ledger` reads back through proxy `index`.
 fn assert_kept(bed: &RealBed, index: usize, ledger: Ledger, what: &str) {
@@ -18,6 +18,13 @@ fn assert_kept(bed: &RealBed, index: usize, ledger: Ledger, what: &str) {
 /// The proxies the dashboard lists, as `(token, admin address)`.
 fn registered(bed: &RealBed) -> Vec<(String, String)> {
     bed.topology().proxies
+}
+
+/// Waits until `watcher` logs its failover done: its job re-pointed the other members at the new master and saw them
+/// in sync.
+fn wait_failover_done(watcher: &Watcher) {
+    let done = || watcher.log().contains("failover done");
+    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", watcher.log());
 }
 
 /// Preloads keys through proxy 0 and waits until every pod of every shard holds those of its shard: a master
@@ -386,9 +393,7 @@ fn two_watchers_elect_one_that_fails_over_and_the_other_takes_over_when_it_dies(
     let first = bed.master_ordinal(0);
     bed.shards[0].pod_mut(first).kill();
     let second = failed_over(&bed, first, &leader);
-    // Done once its job re-pointed the other replica at the new master and saw it in sync.
-    let done = || said(&leader, "failover done");
-    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", leader.log());
+    wait_failover_done(&leader);
     assert!(!said(&standby, "failing over"), "the standby acted:\n{}", standby.log());
 
     leader.kill();
@@ -428,17 +433,11 @@ fn a_replica_that_is_down_is_left_alone_and_stays_registered_when_the_master_fai
     bed.shards[0].pod_mut(old).kill();
     let new = failed_over(&bed, old, &watcher);
     assert!(![old, down].contains(&new), "promoted a dead member {new}:\n{}", watcher.log());
-    let done = || watcher.log().contains("failover done");
-    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", watcher.log());
+    wait_failover_done(&watcher);
     let group = bed.topology().groups.into_iter().next().expect("the group");
     assert_eq!(group.servers.len(), 3, "a member was removed from codis: {group:?}");
     assert_eq!(promotes(&bed) - before.0, 1, "promotes in the fork's log:\n{}", bed.dashboard.log());
     assert_kept(&bed, 0, preloaded, "preloaded keys lost");
-}
-
-/// Promotes the fork's dashboard ran, as its log counts them (it logs `resync to prepared` once per promote).
-fn promotes(bed: &RealBed) -> usize {
-    bed.dashboard.whole_log().lines().filter(|l| l.contains("resync to prepared")).count()
 }
 
 /// A scale-in drains a shard onto the only other one, whose master is SIGKILLed while the slots migrate onto it:
@@ -752,8 +751,7 @@ fn a_master_stalled_less_than_the_detection_time_is_kept_and_one_stalled_longer_
         watcher.log()
     );
     // The failover is logged done once its job re-pointed the old master and saw it in sync.
-    let done = || watcher.log().contains("failover done");
-    assert!(testbed::cluster::eventually(Duration::from_secs(60), done), "never done:\n{}", watcher.log());
+    wait_failover_done(&watcher);
     std::thread::sleep(Duration::from_secs(2));
     let log = watcher.log();
     eprintln!("{}", log.lines().filter(|l| l.contains("failover done")).collect::<Vec<_>>().join("\n"));
