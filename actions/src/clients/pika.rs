@@ -452,6 +452,17 @@ fn command_error(addr: &str, command: &'static str, err: &redis::RedisError, sec
     }
 }
 
+/// Connections [`Pika::connect`] makes when each is dropped before its first answer.
+const DIAL_ATTEMPTS: u32 = 3;
+
+/// Why one dial failed: whether dialling again may help.
+enum Dial {
+    /// The server reset or closed the connection before its first answer.
+    Dropped(Error),
+    /// Anything else: refused, timed out, a wrong password.
+    Failed(Error),
+}
+
 /// An async connection to one pika server; every command is bounded by the timeout given to [`Pika::connect`].
 #[derive(Clone)]
 pub struct Pika {
@@ -468,26 +479,61 @@ impl fmt::Debug for Pika {
 
 impl Pika {
     /// Connects to `server` and authenticates with `password` when one is given (an empty one counts as none).
+    ///
+    /// The first exchange (`AUTH`, or `PING` without a password) proves the connection: one the server resets or
+    /// closes before it answers is dialled again, up to [`DIAL_ATTEMPTS`] times within `timeout`, because nothing
+    /// was done on it (seen in CI: `Connection reset by peer` on the first command to a healthy redis-server, beside
+    /// a busy test churning loopback connections). A server that answers, even with an error other than a refused
+    /// `AUTH`, is connected; a refused `AUTH` or a timeout is final.
     pub async fn connect(server: &HostPort, password: Option<&str>, timeout: Duration) -> Result<Self, Error> {
+        let password = password.filter(|p| !p.is_empty());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut attempt = 1;
+        loop {
+            match Self::dial(server, password, timeout).await {
+                Ok(pika) => return Ok(pika),
+                Err(Dial::Dropped(error)) if attempt < DIAL_ATTEMPTS && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(pika = %server, %error, attempt, "connection dropped before its first answer; dialling again");
+                    attempt += 1;
+                }
+                Err(Dial::Dropped(error) | Dial::Failed(error)) => return Err(error),
+            }
+        }
+    }
+
+    /// One connection and its first exchange.
+    async fn dial(server: &HostPort, password: Option<&str>, timeout: Duration) -> Result<Self, Dial> {
         let addr = server.to_string();
         let client = connection_info(server.host(), server.port())
             .and_then(Client::open)
-            .map_err(|e| connect_error(&addr, &e))?;
+            .map_err(|e| Dial::Failed(connect_error(&addr, &e)))?;
         let config =
             AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
-        let conn =
+        let mut conn =
             match tokio::time::timeout(timeout, client.get_multiplexed_async_connection_with_config(&config)).await {
-                Err(_) => return Err(Error::Timeout { addr, command: "connect" }),
-                Ok(result) => result.map_err(|e| connect_error(&addr, &e))?,
+                Err(_) => return Err(Dial::Failed(Error::Timeout { addr, command: "connect" })),
+                Ok(result) => result.map_err(|e| Dial::Failed(connect_error(&addr, &e)))?,
             };
-        let pika = Self { addr, conn, timeout };
-        if let Some(password) = password.filter(|p| !p.is_empty()) {
-            let mut auth = redis::cmd("AUTH");
-            auth.arg(password);
-            pika.query::<()>("AUTH", &auth, Some(password)).await?;
+        let (command, first) = match password {
+            Some(password) => {
+                let mut auth = redis::cmd("AUTH");
+                auth.arg(password);
+                ("AUTH", auth)
+            }
+            None => ("PING", redis::cmd("PING")),
+        };
+        match tokio::time::timeout(timeout, first.query_async::<()>(&mut conn)).await {
+            Err(_) => return Err(Dial::Failed(Error::Timeout { addr, command })),
+            Ok(Err(e)) if e.is_connection_dropped() => {
+                return Err(Dial::Dropped(command_error(&addr, command, &e, password)));
+            }
+            // A PING refused (NOAUTH, say) still proves the connection; the commands that follow say what is wrong.
+            Ok(Err(e)) if password.is_none() && e.code().is_some() => {}
+            Ok(Err(e)) => return Err(Dial::Failed(command_error(&addr, command, &e, password))),
+            Ok(Ok(())) => {}
         }
-        tracing::debug!(pika = %pika.addr, "connected");
-        Ok(pika)
+        tracing::debug!(pika = %addr, "connected");
+        Ok(Self { addr, conn, timeout })
     }
 
     /// `host:port` of the server.
@@ -1187,9 +1233,59 @@ mod tests {
     async fn a_silent_server_times_a_command_out() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let pika = Pika::connect(&local(port), None, Duration::from_millis(300)).await.unwrap();
-        let err = pika.ping().await.unwrap_err();
+        let err = Pika::connect(&local(port), None, Duration::from_millis(300)).await.unwrap_err();
         assert!(matches!(err, Error::Timeout { command: "PING", .. }), "{err:?}");
         drop(listener);
+    }
+
+    /// A server that resets its first `resets` connections once their first command arrives (closed with it unread,
+    /// so the kernel answers with RST), then answers `+PONG` to every read; returns its port and the count of
+    /// connections it accepted.
+    fn resetting_server(resets: usize) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 512];
+                    if n < resets {
+                        // Wait for the command, leave it unread, close: RST.
+                        let _ = stream.peek(&mut buf);
+                        return;
+                    }
+                    while matches!(stream.read(&mut buf), Ok(k) if k > 0) {
+                        if stream.write_all(b"+PONG\r\n").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_connection_reset_before_its_first_answer_is_dialled_again() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted) = resetting_server(DIAL_ATTEMPTS as usize - 1);
+        let pika = Pika::connect(&local(port), None, T).await.unwrap();
+        pika.ping().await.unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), DIAL_ATTEMPTS as usize);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_resets_every_connection_is_an_error_after_the_last_attempt() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted) = resetting_server(usize::MAX);
+        let err = Pika::connect(&local(port), None, T).await.unwrap_err();
+        assert!(matches!(err, Error::Command { command: "PING", .. }), "{err:?}");
+        assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert_eq!(accepted.load(Ordering::SeqCst), DIAL_ATTEMPTS as usize);
     }
 }
