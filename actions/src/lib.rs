@@ -24,8 +24,8 @@ pub mod redact;
 pub mod steps;
 
 use actions::{
-    member_join, member_leave, post_provision, pre_terminate, rejoin, role_probe, shard_add, shard_remove, switchover,
-    topology, watcher,
+    member_join, member_leave, post_provision, pre_stop, pre_terminate, rejoin, role_probe, shard_add, shard_remove,
+    switchover, topology, watcher,
 };
 use error::{Error, Result};
 use input::cli::{Cli, Command};
@@ -63,6 +63,7 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
             Event::MemberLeave(event) => member_leave::run(ctx, event).await,
             Event::Switchover(event) => switchover::run(ctx, event).await,
             Event::Rejoin(event) => rejoin::run(ctx, event).await,
+            Event::PreStop(event) => pre_stop::run(ctx, event).await,
             Event::Topology(event) => topology::run(ctx, event).await,
             Event::Watch(event) => watcher::run(ctx, event).await,
             Event::RoleProbe(event) => role_probe::run(ctx, event),
@@ -73,11 +74,12 @@ pub fn dispatch(ctx: &Context) -> Result<String> {
 
 /// A call to a pika that timed out once the budget is used up is the budget running out (every call's timeout is
 /// capped by what is left of it), not a failure: exit 75, and the next run resumes, as the contract has it. Except for
-/// the switchover, which KubeBlocks runs once and which never exits 75, and the watcher, whose budget is each job's.
+/// the switchover and the pre-stop hook, each run once and never exiting 75, and the watcher, whose budget is each job's.
 fn budget_ran_out(ctx: &Context, result: Result<String>) -> Result<String> {
     match result {
         Err(e @ Error::Pika(clients::pika::Error::Timeout { .. }))
-            if ctx.budget.expired() && !matches!(ctx.event, Event::Switchover(_) | Event::Watch(_)) =>
+            if ctx.budget.expired()
+                && !matches!(ctx.event, Event::Switchover(_) | Event::PreStop(_) | Event::Watch(_)) =>
         {
             Err(Error::InProgress { progress: format!("the time budget ran out: {}", e.one_line()) })
         }

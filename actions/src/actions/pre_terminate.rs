@@ -156,8 +156,8 @@ pub fn without_api(shard: &str, view: &CodisView, why: &str) -> SafetyNet {
     SafetyNet::Drain
 }
 
-/// Asks the Kubernetes API whether the Cluster is going.
-async fn cluster_fate(ctx: &Context, common: &Common, kube_api: Option<&str>) -> ClusterFate {
+/// Asks the Kubernetes API whether the Cluster is going (also `pre-stop`'s question).
+pub async fn cluster_fate(ctx: &Context, common: &Common, kube_api: Option<&str>) -> ClusterFate {
     let (namespace, name) = (&common.cluster.namespace, &common.cluster.name);
     let timeout = ctx.budget.cap(KUBE_TIMEOUT);
     let Some(kube) = Kube::reachable(kube_api, namespace, timeout).await else {

@@ -4,8 +4,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::input::vars::{
     AddShardVars, AllShardsVars, ClusterVars, Collect, DashboardVars, EtcdVars, JoinVars, KubeVars, LeaveVars,
-    LegacyVars, PikaVars, PodVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars, SwitchoverVars,
-    VarMap, WatchVars,
+    LegacyVars, PikaVars, PodVars, PreStopVars, ProbeVars, RemoveShardVars, RunVars, ScalingInVars, ShardVars,
+    SwitchoverVars, VarMap, WatchVars,
 };
 
 /// KubeBlocks lifecycle actions for Pika sharded behind Codis.
@@ -112,6 +112,10 @@ action_args!(
     RejoinArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, pod: PodVars, kube: KubeVars, run: RunVars }
 );
 action_args!(
+    /// Variables of `pre-stop`.
+    PreStopArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, shard: ShardVars, pod: PreStopVars, kube: KubeVars, run: RunVars }
+);
+action_args!(
     /// Variables of `watch`.
     WatchArgs { dashboard: DashboardVars, etcd: EtcdVars, pika: PikaVars, cluster: ClusterVars, watch: WatchVars, kube: KubeVars, run: RunVars }
 );
@@ -141,6 +145,10 @@ pub enum Action {
     /// as the master, hand mastership to the most advanced live replica first (never start a second master, never
     /// serve an empty group), or refuse to start.
     Rejoin(RejoinArgs),
+    /// The pika container's preStop hook, before the kubelet stops pika: when this pod is its group's master, move
+    /// mastership to a healthy replica as `switchover` does, within PRE_STOP_BUDGET_SECONDS; nothing for a replica,
+    /// or when the Cluster is being deleted.
+    PreStop(PreStopArgs),
     /// Long-running (not a lifecycle action): the failover watcher. One elected copy per cluster probes every
     /// group's master and promotes the most advanced replica, fenced in etcd, when a master stops answering for
     /// FAILOVER_DETECTION_MS; runs until SIGTERM. ACTION_BUDGET_SECONDS bounds each failover.
@@ -164,6 +172,7 @@ impl Action {
             Self::Switchover(_) => "switchover",
             Self::RoleProbe(_) => "role-probe",
             Self::Rejoin(_) => "rejoin",
+            Self::PreStop(_) => "pre-stop",
             Self::Topology(_) => "topology",
             Self::Watch(_) => "watch",
         }
@@ -192,6 +201,7 @@ impl Action {
             Self::Switchover(a) => a.collect(&mut map),
             Self::RoleProbe(a) => a.collect(&mut map),
             Self::Rejoin(a) => a.collect(&mut map),
+            Self::PreStop(a) => a.collect(&mut map),
             Self::Topology(a) => a.collect(&mut map),
             Self::Watch(a) => a.collect(&mut map),
         }

@@ -170,6 +170,8 @@ pub enum Event {
     Topology(Topology),
     /// `rejoin`.
     Rejoin(Rejoin),
+    /// `pre-stop`, the pika container's preStop hook.
+    PreStop(PreStop),
     /// `watch`, the long-running failover watcher.
     Watch(Watch),
 }
@@ -332,6 +334,22 @@ pub struct Rejoin {
     pub kube_api: Option<String>,
 }
 
+/// The event of `pre-stop`: the pika container's preStop hook, run before the kubelet sends pika SIGTERM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreStop {
+    /// Common fields (etcd required: the hand-over takes the topology and group locks and writes a fence).
+    #[serde(flatten)]
+    pub common: Common,
+    /// This pod's shard.
+    pub shard: Shard,
+    /// This pod's name.
+    pub pod: String,
+    /// A plain-http Kubernetes API proxy to ask whether the Cluster is being deleted and for rollout facts, instead
+    /// of the in-cluster API.
+    #[serde(default)]
+    pub kube_api: Option<String>,
+}
+
 /// The event of `watch`, the long-running failover watcher.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watch {
@@ -378,6 +396,7 @@ impl Event {
             | Self::MemberLeave(MemberLeave { common, .. })
             | Self::Switchover(Switchover { common, .. })
             | Self::Rejoin(Rejoin { common, .. })
+            | Self::PreStop(PreStop { common, .. })
             | Self::Topology(Topology { common, .. })
             | Self::Watch(Watch { common, .. }) => Some(common),
             Self::RoleProbe(_) => None,
@@ -495,6 +514,18 @@ impl Event {
                 }
             }
             Self::Rejoin(Rejoin { shard, pod, kube_api, .. }) => {
+                if let Some(url) = kube_api {
+                    check_kube_api(url)?;
+                }
+                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
+                if !shard.pods.iter().any(|p| p.name() == pod) {
+                    return Err(Error::invalid(
+                        vars::POD_NAME,
+                        format!("{pod} is not a pod of {} ({})", shard.name, vars::SHARD_POD_FQDNS),
+                    ));
+                }
+            }
+            Self::PreStop(PreStop { shard, pod, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }

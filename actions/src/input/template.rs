@@ -35,6 +35,7 @@ builtin!(
     "switchover.tera",
     "role-probe.tera",
     "rejoin.tera",
+    "pre-stop.tera",
     "topology.tera",
     "watch.tera",
     "common.tera",

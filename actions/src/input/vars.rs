@@ -51,8 +51,10 @@ names! {
     KUBEBLOCKS_LINE,
     /// Test and port-forward hook: `<server>=<host:port>` pairs, comma-separated.
     PIKA_ADDRESS_OVERRIDES,
-    /// The pod this process runs in (`rejoin`).
+    /// The pod this process runs in (`rejoin`, `pre-stop`, `watch`).
     POD_NAME,
+    /// Seconds `pre-stop` may work handing mastership over before the pod stops anyway (default 20).
+    PRE_STOP_BUDGET_SECONDS,
     /// The local pika's config file, edited by `rejoin` before pika starts (default `/data/pika.conf`).
     PIKA_CONFIG_FILE,
     /// pika's data directory, which `rejoin` checks for data (default: the config file's `db-path`).
@@ -302,6 +304,17 @@ group!(
         /// pika's data directory: absent or empty means this pod came back on an empty volume [default: the
         /// config file's `db-path`, relative to the file's directory]
         pika_data_dir => PIKA_DATA_DIR;
+    }
+);
+
+group!(
+    /// The pod `pre-stop` runs in.
+    PreStopVars ("pre-stop (the pika container's preStop hook)") {
+        /// this pod's name (the pika container sets it from `metadata.name`)
+        pod_name => POD_NAME;
+        /// seconds the hand-over may take; the pod's termination grace period must leave pika's own shutdown room
+        /// above it [default: 20]
+        pre_stop_budget_seconds => PRE_STOP_BUDGET_SECONDS;
     }
 );
 

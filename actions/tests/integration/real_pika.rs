@@ -1477,15 +1477,55 @@ fn scale_in_four_to_three_on_1_1() {
 }
 
 #[test]
-#[ignore = "real pika: the master stopped by SIGTERM acknowledged about 400 writes during its 10-15 s shutdown that its replica never got, and rejoin handed mastership to that replica (412 keys lost here; killed instead, 10-14); issue 33"]
 fn a_master_back_on_an_empty_volume_on_1_0() {
     scenario_empty_volume(Line::V1_0, true);
 }
 
 #[test]
-#[ignore = "real pika: the master stopped by SIGTERM acknowledged about 400 writes during its 10-15 s shutdown that its replica never got, and rejoin handed mastership to that replica (400 keys lost here; killed instead, 9-10); issue 33"]
 fn a_master_back_on_an_empty_volume_on_1_1() {
     scenario_empty_volume(Line::V1_1, true);
+}
+
+/// The pika container's preStop hook, run as the kubelet runs it before SIGTERM: a replica's moves nothing; a
+/// master's moves nothing when the Kubernetes API says the Cluster is being deleted; otherwise the master's hands
+/// mastership to its replica once, before pika is stopped, and the old master follows the new one.
+#[test]
+fn pre_stop_hands_a_masters_role_over_unless_the_cluster_is_being_deleted_and_leaves_a_replica_alone() {
+    use crate::cluster_api::{ClusterAnswer, ClusterApi};
+    let bed = created(1, 2, Line::V1_1);
+    let api = ClusterApi::start(testbed::real::bed::NAMESPACE, &bed.name, ClusterAnswer::Deleting);
+    let hook = |ordinal: u32| {
+        let pod = bed.shards[0].pod(ordinal).name.clone();
+        let env = with(bed.env(0), &[("POD_NAME", pod), ("KUBE_API_URL", api.url())]);
+        let out = bed.run(&["pre-stop"], &env);
+        let said = describe(&out);
+        assert_eq!(out.status.code(), Some(0), "pre-stop of pod {ordinal}: {said}");
+        said
+    };
+    let master = bed.master_ordinal(0);
+    let replica = 1 - master;
+    let promoted_before = promotes(&bed);
+
+    let said = hook(master);
+    assert!(said.contains("is being deleted"), "the hook did not see the cluster's deletion: {said}");
+    assert_eq!(bed.master_ordinal(0), master, "a hook moved the master of a cluster being deleted");
+
+    api.set(ClusterAnswer::Stays(vec![("pk".to_owned(), 1)]));
+    let said = hook(replica);
+    assert_eq!(bed.master_ordinal(0), master, "a replica's hook moved the master: {said}");
+    assert_eq!(promotes(&bed), promoted_before, "a promote without a master's hook");
+
+    let said = hook(master);
+    assert_eq!(bed.master_ordinal(0), replica, "the master's hook did not hand over: {said}");
+    assert_eq!(promotes(&bed), promoted_before + 1, "one hand-over, one promote");
+    // The old master still runs (SIGTERM comes after the hook) and already follows the new one.
+    let new_master = bed.shards[0].pod(replica).fqdn.clone();
+    let follows = || {
+        testbed::real::pika::ReplicaState::of(&bed.shards[0].pod(master).info_replication())
+            .is_some_and(|s| s.in_sync_with(&new_master))
+    };
+    assert!(testbed::cluster::eventually(Duration::from_secs(30), follows), "the old master does not follow: {said}");
+    assert_healthy(&bed);
 }
 
 #[test]

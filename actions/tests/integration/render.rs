@@ -176,6 +176,7 @@ fn bad_inputs() -> Vec<Bad> {
         ("member-leave.1.1", &["KB_LEAVE_MEMBER_POD_NAME", "KB_LEAVE_MEMBER_POD_FQDN"]),
         ("switchover.1.1", &["KB_SWITCHOVER_CURRENT_NAME", "KB_SWITCHOVER_CURRENT_FQDN", "CODIS_DASHBOARD_ADDR"]),
         ("rejoin.1.1", &["POD_NAME", "SHARD_POD_FQDNS", "CODIS_DASHBOARD_ADDR"]),
+        ("pre-stop.1.1", &["POD_NAME", "SHARD_POD_FQDNS", "CODIS_DASHBOARD_ADDR", "ETCD_ENDPOINTS"]),
         ("topology.1.1", &["CLUSTER_NAME", "CLUSTER_NAMESPACE", "CODIS_DASHBOARD_ADDR"]),
     ];
     for (case, vars) in required {
@@ -259,6 +260,9 @@ fn bad_inputs() -> Vec<Bad> {
         ),
         bad("switchover.1.1.candidate", "KB_SWITCHOVER_CANDIDATE_NAME", Some(""), "KB_SWITCHOVER_CANDIDATE_NAME"),
         bad("rejoin.1.1", "POD_NAME", Some("c1-pika-x7k-5"), "POD_NAME"),
+        bad("pre-stop.1.1", "POD_NAME", Some("c1-pika-x7k-5"), "POD_NAME"),
+        bad("pre-stop.1.1", "PRE_STOP_BUDGET_SECONDS", Some("0"), "PRE_STOP_BUDGET_SECONDS"),
+        bad("pre-stop.1.1", "PRE_STOP_BUDGET_SECONDS", Some("soon"), "PRE_STOP_BUDGET_SECONDS"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("https://kubernetes.default.svc:443"), "KUBE_API_URL"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("127.0.0.1:8001"), "KUBE_API_URL"),
         bad("switchover.1.1.kube-api", "KUBE_API_URL", Some("http://proxy"), "KUBE_API_URL"),
@@ -427,6 +431,7 @@ fn every_subcommand_documents_its_variables_in_help() {
         ),
         ("role-probe", &["PIKA_HOST", "PIKA_PORT", "PIKA_PASSWORD"]),
         ("rejoin", &["POD_NAME", "SHARD_POD_FQDNS"]),
+        ("pre-stop", &["POD_NAME", "PRE_STOP_BUDGET_SECONDS", "ETCD_ENDPOINTS", "KUBE_API_URL"]),
         ("topology", &["CODIS_DASHBOARD_ADDR", "ALL_SHARDS_POD_FQDNS", "PIKA_ADDRESS_OVERRIDES", "ETCD_ENDPOINTS"]),
     ];
     let env = BTreeMap::from([("PIKA_PASSWORD".to_owned(), SECRET.to_owned())]);

@@ -82,6 +82,10 @@ pub struct ChartFiles {
     pub dashboard_toml: String,
     /// `proxy.toml`.
     pub proxy_toml: String,
+    /// The pika container's `lifecycle.preStop.exec.command` in the pika-group ComponentDefinition (empty: none).
+    pub pika_pre_stop: Vec<String>,
+    /// The pika pods' `terminationGracePeriodSeconds` (Kubernetes' 30 s when the chart sets none).
+    pub pika_grace: std::time::Duration,
 }
 
 impl ChartFiles {
@@ -104,7 +108,30 @@ impl ChartFiles {
                         .map(str::to_owned)
                         .ok_or_else(|| format!("the addon chart renders no ConfigMap holding {key}"))
                 };
+                let pika_group = objects
+                    .iter()
+                    .filter(|o| o.get("kind").and_then(Value::as_str) == Some("ComponentDefinition"))
+                    .find(|o| o.pointer("/spec/serviceKind").and_then(Value::as_str) == Some("pika"))
+                    .ok_or("the addon chart renders no ComponentDefinition of serviceKind pika")?;
+                let pika_container = pika_group
+                    .pointer("/spec/runtime/containers")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c.get("name").and_then(Value::as_str) == Some("pika")))
+                    .ok_or("the pika-group ComponentDefinition has no pika container")?;
+                let pika_pre_stop = pika_container
+                    .pointer("/lifecycle/preStop/exec/command")
+                    .and_then(Value::as_array)
+                    .map(|argv| argv.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                    .unwrap_or_default();
+                let pika_grace = std::time::Duration::from_secs(
+                    pika_group
+                        .pointer("/spec/runtime/terminationGracePeriodSeconds")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(30),
+                );
                 Ok(ChartFiles {
+                    pika_pre_stop,
+                    pika_grace,
                     pika_conf: data("pika.conf")?,
                     pika_start: data("pika-start.sh")?,
                     exec_redacted: data("exec-redacted.sh")?,

@@ -1,6 +1,7 @@
 //! One pika pod: a real pika v4.0.1 in its own network namespace, started the way the chart's pika container starts
 //! it (`/bin/sh pika-start.sh`: merge the config template into the persisted `pika.conf` on the volume, run
-//! `pika-action rejoin`, exec pika), with its own volume directory.
+//! `pika-action rejoin`, exec pika), with its own volume directory, and stopped the way the kubelet stops it (the
+//! chart's preStop hook, then SIGTERM, then SIGKILL at the end of the chart's grace period).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,12 @@ use crate::process::{info_field, RespConnection};
 
 /// The port every pod's pika serves (the chart's PIKA_PORT).
 pub const PIKA_PORT: u16 = 9221;
+
+/// Where the chart's pika container has pika-action (its init container copies it there).
+const CONTAINER_ACTION: &str = "/tools/pika-action";
+
+/// What the kubelet grants after a preStop hook that used the whole grace period, before SIGKILL.
+const GRACE_AFTER_HOOK: Duration = Duration::from_secs(2);
 
 /// A pod's pika.
 #[derive(Debug)]
@@ -28,6 +35,15 @@ pub struct PikaPod {
     dir: PathBuf,
     password: Option<String>,
     child: Option<Child>,
+    pre_stop: Option<PreStopHook>,
+}
+
+/// The container's preStop hook as the chart declares it, ready to run in the pod: its jail, the bed's binary in
+/// place of the container's `PIKA_ACTION`, the container's environment.
+#[derive(Debug, Clone)]
+struct PreStopHook {
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
 }
 
 impl PikaPod {
@@ -39,7 +55,7 @@ impl PikaPod {
         dir: PathBuf,
         password: Option<String>,
     ) -> Self {
-        Self { name, fqdn, ordinal, net, dir, password, child: None }
+        Self { name, fqdn, ordinal, net, dir, password, child: None, pre_stop: None }
     }
 
     /// `<fqdn>:9221`, the address Codis knows it by.
@@ -96,18 +112,38 @@ impl PikaPod {
             .append(true)
             .open(self.dir.join("start.log"))
             .map_err(|e| e.to_string())?;
+        let mut container_env: BTreeMap<String, String> =
+            [("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_owned())].into();
+        container_env.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (key, value) in [
+            ("POD_NAME", self.name.clone()),
+            ("PIKA_ACTION", action.display().to_string()),
+            ("PIKA_BIN", servers.pika.display().to_string()),
+            ("PIKA_CONFIG_TEMPLATE", self.template().display().to_string()),
+            ("PIKA_CONFIG_FILE", volume.join("pika.conf").display().to_string()),
+            ("PIKA_DATA_DIR", volume.join("db").display().to_string()),
+        ] {
+            container_env.insert(key.to_owned(), value);
+        }
+        self.pre_stop = match files.pika_pre_stop.split_first() {
+            None => None,
+            // The chart's container runs the binary its init container copied to /tools; the bed runs its own.
+            Some((program, args)) if program == CONTAINER_ACTION => Some(PreStopHook {
+                argv: network
+                    .jail(Some(&self.net.ns))
+                    .into_iter()
+                    .chain([action.display().to_string()])
+                    .chain(args.iter().cloned())
+                    .collect(),
+                env: container_env.clone(),
+            }),
+            Some((program, _)) => return Err(format!("the bed cannot run the pika container's preStop {program:?}")),
+        };
         let child = network
             .command(Some(&self.net.ns), Path::new("/bin/sh"))
             .arg(&script)
             .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .envs(env)
-            .env("POD_NAME", &self.name)
-            .env("PIKA_ACTION", action)
-            .env("PIKA_BIN", &servers.pika)
-            .env("PIKA_CONFIG_TEMPLATE", self.template())
-            .env("PIKA_CONFIG_FILE", volume.join("pika.conf"))
-            .env("PIKA_DATA_DIR", volume.join("db"))
+            .envs(&container_env)
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .stdin(Stdio::null())
@@ -144,14 +180,20 @@ impl PikaPod {
             .is_ok_and(|r| r == "+PONG")
     }
 
-    /// The start script's output and the tail of pika's newest log file.
+    /// What its preStop hooks printed, the start script's output and the tail of pika's newest log file.
     #[must_use]
     pub fn logs(&self) -> String {
         let start = std::fs::read_to_string(self.dir.join("start.log")).unwrap_or_default();
         let pika_log = self.pika_log();
         let tail: Vec<&str> = pika_log.lines().rev().take(20).collect();
+        let pre_stop = self.pre_stop_log();
+        let pre_stop = if pre_stop.is_empty() {
+            String::new()
+        } else {
+            format!("--- pre-stop log ---\n{}\n", pre_stop.trim_end())
+        };
         format!(
-            "--- start log ---\n{}\n--- pika log (last 20 lines) ---\n{}",
+            "{pre_stop}--- start log ---\n{}\n--- pika log (last 20 lines) ---\n{}",
             start.trim_end(),
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         )
@@ -206,20 +248,78 @@ impl PikaPod {
         }
     }
 
-    /// SIGTERM, as the kubelet sends it to a deleted pod: pika applies what it received and stops (4 to 15 s here);
-    /// killed after the 30 s grace period Kubernetes gives a pod without its own (the chart sets none for pika). Its
-    /// volume stays. A pika replica SIGKILLed instead can lose records it had already written to its binlog but not
-    /// yet applied, while its binlog position says it holds them (seen here: 2 acknowledged keys of 3352).
+    /// Stops it as the kubelet stops a deleted pod's container: when pika runs, the chart's preStop hook first
+    /// (`pika-action pre-stop`: a master hands over), then SIGTERM — pika applies what it received and stops (4 to
+    /// 15 s here) — and SIGKILL at the end of the chart's grace period (which counts from the hook's start; 2 s more
+    /// when the hook used it all). Its volume stays. A pika replica SIGKILLed instead can lose records it had already
+    /// written to its binlog but not yet applied, while its binlog position says it holds them (seen here: 2
+    /// acknowledged keys of 3352).
     pub fn stop(&mut self) {
+        let grace = super::ChartFiles::rendered().pika_grace;
+        let mut deadline = Instant::now() + grace;
+        if self.is_running() {
+            if let Some(hook) = self.pre_stop.clone() {
+                self.run_pre_stop(&hook, deadline);
+                deadline = deadline.max(Instant::now() + GRACE_AFTER_HOOK);
+            }
+        }
         if let Some(mut child) = self.child.take() {
             let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Runs the preStop hook until it exits or `deadline`, its output appended to `pre-stop.log` (a failed hook
+    /// does not stop the stop, as with the kubelet).
+    fn run_pre_stop(&self, hook: &PreStopHook, deadline: Instant) {
+        use std::io::Write as _;
+        let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("pre-stop.log"))
+        else {
+            return;
+        };
+        let _ = writeln!(log, "--- preStop {}", hook.argv.last().map_or("", String::as_str));
+        let spawned = std::process::Command::new(&hook.argv[0])
+            .args(&hook.argv[1..])
+            .env_clear()
+            .envs(&hook.env)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_or_else(|_| Stdio::null(), Stdio::from))
+            .stderr(log.try_clone().map_or_else(|_| Stdio::null(), Stdio::from))
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = writeln!(log, "cannot run the hook: {e}");
+                return;
+            }
+        };
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => break None,
+            }
+        };
+        match status {
+            Some(status) => {
+                let _ = writeln!(log, "--- preStop ended: {status}");
+            }
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = writeln!(log, "--- preStop killed at the end of the grace period");
+            }
+        }
+    }
+
+    /// What its preStop hooks printed so far.
+    #[must_use]
+    pub fn pre_stop_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pre-stop.log")).unwrap_or_default()
     }
 
     /// Whether its pika still runs.

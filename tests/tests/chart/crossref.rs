@@ -396,15 +396,17 @@ fn every_variable_a_subcommand_reads_is_declared_where_it_runs() {
                 );
             }
         }
-        // rejoin runs in the pika container: vars (all in the container env) plus the container's own env.
+        // rejoin and pre-stop run in the pika container: vars (all in the container env) plus its own env.
         let mut in_pika = var_names(group);
         in_pika.extend(env_names(array_at(container(group, "pika"), "env")));
-        for name in reads("rejoin") {
-            if !LEFT_UNSET.contains(&name.as_str()) {
-                assert!(
-                    in_pika.contains(&name),
-                    "line {line}: `pika-action rejoin` reads {name}, not in the pika container"
-                );
+        for sub in ["rejoin", "pre-stop"] {
+            for name in reads(sub) {
+                if !LEFT_UNSET.contains(&name.as_str()) {
+                    assert!(
+                        in_pika.contains(&name),
+                        "line {line}: `pika-action {sub}` reads {name}, not in the pika container"
+                    );
+                }
             }
         }
         let pod_name =
@@ -859,6 +861,29 @@ fn codis_proxies_register_a_stable_address_and_leave_the_dashboard_when_they_sto
         let args = strings(array_at(dashboard, "args"));
         assert!(args.contains(&"--product_name=$(CLUSTER_NAME)"), "product name from the cluster");
         assert!(args.contains(&"--etcd=$(ETCD_ENDPOINTS)"), "etcd coordinator");
+    }
+}
+
+#[test]
+fn a_pika_master_hands_over_before_the_kubelet_stops_it_within_the_grace_period() {
+    for line in LINES {
+        let docs = addon(line);
+        let group = &cmpd(docs, "pika-group-").object;
+        let pika = container(group, "pika");
+        let hook = strings(array_at(pika, "lifecycle.preStop.exec.command"));
+        assert_eq!(hook, ["/tools/pika-action", "pre-stop"], "line {line}");
+        assert!(subcommands().contains("pre-stop"));
+        // The binary the hook runs is the one the init container copies beside pika.
+        let init = array_at(group, "spec.runtime.initContainers");
+        assert!(init.iter().any(|c| strings(array_at(c, "command")).contains(&"/tools/pika-action")), "line {line}");
+        let budget: u64 = array_at(pika, "env")
+            .iter()
+            .find(|e| e["name"] == "PRE_STOP_BUDGET_SECONDS")
+            .map(|e| str_at(e, "value").parse().expect("a number"))
+            .expect("PRE_STOP_BUDGET_SECONDS in the pika container");
+        let grace = group.pointer("/spec/runtime/terminationGracePeriodSeconds").and_then(Value::as_u64);
+        // pika stops in 4 to 15 s after SIGTERM (measured in the real bed): the grace leaves it that after the hook.
+        assert!(grace.is_some_and(|g| g >= budget + 15), "line {line}: grace {grace:?} for a hook of {budget} s");
     }
 }
 
