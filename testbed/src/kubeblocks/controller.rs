@@ -2155,8 +2155,19 @@ impl Inner {
         }
     }
 
-    /// Deletes a pod: its server stops; `drop_volume` also drops its data (scale-in, deletion).
+    /// Deletes a pod through the API: its server stops as the kubelet stops it; `drop_volume` also drops its data
+    /// afterwards (scale-in, a PVC deleted with its pod).
     pub(crate) fn delete_pod(&self, name: &str, drop_volume: bool) {
+        self.remove_pod(name, drop_volume, true);
+    }
+
+    /// A pod lost with its node and volume: its server is killed (no hook, no SIGTERM: the node is gone), its data
+    /// dropped, and the pod removed.
+    pub(crate) fn lose_pod(&self, name: &str) {
+        self.remove_pod(name, true, false);
+    }
+
+    fn remove_pod(&self, name: &str, drop_volume: bool, graceful: bool) {
         let password = {
             let w = self.w();
             let Some(p) = w.pods.get(name) else { return };
@@ -2170,11 +2181,13 @@ impl Inner {
         let pika = if drop_volume { lock(&self.pikas).remove(name) } else { lock(&self.pikas).get(name).cloned() };
         if let Some(p) = pika {
             let mut p = lock(&p);
+            // As the kubelet stops it, whatever becomes of its volume: the chart's preStop hook, SIGTERM, then
+            // SIGKILL at the end of the grace period.
+            if graceful {
+                p.stop();
+            }
             if drop_volume {
                 p.lose_volume();
-            } else {
-                // As the kubelet stops it: SIGTERM, then SIGKILL after the grace period.
-                p.stop();
             }
         }
         let volume =

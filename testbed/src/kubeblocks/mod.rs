@@ -475,15 +475,30 @@ impl KubeBlocks {
         .map(|d| d + started.elapsed())
     }
 
-    /// A pod lost with its volume (its node and PVC gone): deleted at once, with no action run (a failed node runs
-    /// none), its data dropped; the InstanceSet controller recreates it on an empty volume. Waits until it is ready
-    /// and labelled with a role again.
+    /// A pod lost with its volume (its node and PVC gone): killed at once, with no action and no hook run (a failed
+    /// node runs none), its data dropped; the InstanceSet controller recreates it on an empty volume. Waits until it
+    /// is ready and labelled with a role again.
     pub fn lose_pod_volume(&self, pod: &str) -> Result<Duration, Stuck> {
+        self.replace_pod_volume(pod, false)
+    }
+
+    /// A pod deleted with its PVC (`kubectl delete pvc,pod`): stopped as the kubelet stops it (the chart's preStop
+    /// hook, SIGTERM), its data dropped; the InstanceSet controller recreates it on an empty volume. KubeBlocks runs
+    /// no action for a deletion it did not make. Waits until it is ready and labelled with a role again.
+    pub fn delete_pod_with_volume(&self, pod: &str) -> Result<Duration, Stuck> {
+        self.replace_pod_volume(pod, true)
+    }
+
+    fn replace_pod_volume(&self, pod: &str, graceful: bool) -> Result<Duration, Stuck> {
         let started = Instant::now();
         if !self.inner.w().pods.contains_key(pod) {
             return Err(self.stuck(&format!("pod {pod} lost"), Duration::ZERO, "no such pod"));
         }
-        self.inner.delete_pod(pod, true);
+        if graceful {
+            self.inner.delete_pod(pod, true);
+        } else {
+            self.inner.lose_pod(pod);
+        }
         let pod = pod.to_owned();
         self.wait_for(&format!("{pod} back on an empty volume"), self.opts.deadline, move |w| {
             w.pods.get(&pod).is_some_and(|p| p.ready && p.role.is_some())
