@@ -513,19 +513,7 @@ impl Event {
                     }
                 }
             }
-            Self::Rejoin(Rejoin { shard, pod, kube_api, .. }) => {
-                if let Some(url) = kube_api {
-                    check_kube_api(url)?;
-                }
-                check_shard(cluster, shard, vars::SHARD_POD_FQDNS)?;
-                if !shard.pods.iter().any(|p| p.name() == pod) {
-                    return Err(Error::invalid(
-                        vars::POD_NAME,
-                        format!("{pod} is not a pod of {} ({})", shard.name, vars::SHARD_POD_FQDNS),
-                    ));
-                }
-            }
-            Self::PreStop(PreStop { shard, pod, kube_api, .. }) => {
+            Self::Rejoin(Rejoin { shard, pod, kube_api, .. }) | Self::PreStop(PreStop { shard, pod, kube_api, .. }) => {
                 if let Some(url) = kube_api {
                     check_kube_api(url)?;
                 }
