@@ -3,7 +3,8 @@
 # redis-server (the tests start real ones; redis-server stands in for pika in the older tiers), busybox and Helm (the
 # chart tests), and the real servers the addon ships: pika v4.0.1 and Pika's Codis fork (codis-dashboard,
 # codis-proxy, codis-admin) under /usr/local/lib/pika-kubeblocks, with what they and the real-pika test bed need
-# (libunwind8 and liblzma5 for pika; iproute2 and util-linux for one network namespace per pod).
+# (libunwind8 and liblzma5 for pika; iproute2 and util-linux for one network namespace per pod), and cargo-nextest,
+# which runs the tests, where the machine lacks it.
 # Idempotent; needs root for apt-get, /usr/local/bin and /usr/local/lib.
 set -euo pipefail
 
@@ -58,6 +59,12 @@ if ! helm version --template '{{.Version}}' 2>/dev/null | grep -qx "$helm_versio
     echo "setup: /usr/local/bin/helm is not Helm $helm_version" >&2
     exit 1
   }
+fi
+
+# scripts/test.sh runs the tests with cargo-nextest: on the machine image; built from crates.io where it is missing.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest"
+  cargo install --locked cargo-nextest
 fi
 
 bash "$(dirname "$0")/install-servers.sh"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: unit tests, the integration tests that drive the real pika-action binary over
-# real etcd, real redis-servers and the Codis double, and the transcript conformance test of the double.
-# The reliability suite (actions/tests/integration/reliability_*.rs, actions/tests/failpoints/crash_*.rs) records
-# what it counted under <target>/tmp/reliability; the tables are printed at the end whatever the outcome: trials
-# (attacks on a running system checked against Codis, redis and etcd state), checks (runs of the binary whose exit
-# and output were checked), proptest cases and fuzz inputs, each on its own. The script fails when any test failed,
-# when any category recorded a failure, when a fail-point test module (feature `failpoints`) recorded nothing, or
-# when `cargo fmt --check` or `cargo clippy --all-targets --all-features -- -D warnings` finds anything.
+# Runs every test of the workspace with cargo nextest (.config/nextest.toml: one process per test, every test binary
+# in one queue, two at a time, the longest first): unit tests, the integration tests that drive the real pika-action
+# binary over real etcd, real pika and the fork (and, where a test says why, redis-server and the Codis double), the
+# transcript conformance test of the double, the chart tests; then the doc tests (cargo test --doc).
+# The reliability suite (actions/tests/integration/reliability_*.rs, real_pika/crash.rs, actions/tests/failpoints/
+# crash_*.rs) records what it counted under <target>/tmp/reliability; the tables are printed at the end whatever the
+# outcome: trials (attacks on a running system checked against Codis, pika and etcd state), checks (runs of the binary
+# whose exit and output were checked), proptest cases and fuzz inputs, each on its own. The script fails when any
+# test failed, when any category recorded a failure, when a fail-point test module (feature `failpoints`) recorded
+# nothing, or when `cargo fmt --check` or `cargo clippy --all-targets --all-features -- -D warnings` finds anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,14 +17,23 @@ rm -rf "$reliability"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+cargo nextest run --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+cargo test --workspace --all-features --locked --doc 2>&1 | tee -a "$log" || status=$?
 
 echo
-awk '/^test result: / { p += $4; f += $6; i += $8 }
-     END { printf "cargo test: %d passed, %d failed, %d ignored\n", p, f, i }' "$log"
-if grep -q "^test result: FAILED" "$log"; then
+# nextest's summary: "Summary [ <s>] <n> tests run: <p> passed[ (<k> slow)][, <f> failed], <i> skipped" (skipped:
+# the ignored tests, as no filter is given).
+summary="$(grep -a "^ *Summary \[" "$log" | tail -1 || true)"
+count() { grep -oE "[0-9]+ $1" <<<"$summary" | grep -oE "^[0-9]+" || echo 0; }
+echo "tests: $(count passed) passed, $(count failed) failed, $(count skipped) ignored (${summary##*Summary })"
+failed='^ +(FAIL|SIGKILL|SIGSEGV|SIGABRT|SIGTERM|TIMEOUT|LEAK-FAIL) \['
+if grep -qaE "$failed" "$log"; then
   echo "failed tests:"
-  awk '/^failures:$/ { on = 1; next } /^test result:/ { on = 0 } on && /^    [^ ]/ { print "  " $1 }' "$log" | sort -u
+  grep -aE "$failed" "$log" | sed -E 's/^ +[A-Z-]+ \[[^]]*\] (\([^)]*\) )?/  /' | sort -u
+fi
+if [ -z "$summary" ]; then
+  echo "cargo nextest printed no summary: the tests did not run" >&2
+  status=1
 fi
 
 if compgen -G "$reliability/*.jsonl" >/dev/null; then
@@ -49,8 +60,8 @@ if compgen -G "$reliability/*.jsonl" >/dev/null; then
     }' || status=1
 fi
 
-# A plain `cargo test` skips the fail-point tests (required-features); here every one of their modules must have run
-# and recorded its crash points.
+# Without --all-features the fail-point tests are skipped (required-features); here every one of their modules must
+# have run and recorded its crash points.
 for module in actions/tests/failpoints/crash_*.rs; do
   crash="$(basename "$module" .rs)"
   if ! compgen -G "$reliability/$crash-*.jsonl" >/dev/null; then

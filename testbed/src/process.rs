@@ -13,6 +13,53 @@ use std::time::{Duration, Instant};
 /// the port to a concurrent test, and a server that lost that race would be mistaken for the winner.
 static LEASED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
+/// The same leases across processes (cargo nextest runs each test in a process of its own): one file per leased
+/// port, holding the pid of the process that leased it; a file whose process is gone leases nothing.
+const LEASE_DIR: &str = "/tmp/testbed-port-leases";
+
+/// Takes `port` for this process across processes: `false` when a live other process holds it.
+fn lease_across_processes(port: u16) -> bool {
+    let dir = Path::new(LEASE_DIR);
+    let _ = std::fs::create_dir_all(dir);
+    let file = dir.join(port.to_string());
+    let own = std::process::id();
+    for _ in 0..3 {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&file) {
+            Ok(mut f) => return f.write_all(own.to_string().as_bytes()).is_ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<u32>().ok());
+                match holder {
+                    Some(pid) if pid == own => return true,
+                    Some(pid) if Path::new(&format!("/proc/{pid}")).exists() => return false,
+                    // Its holder is gone (or the file is being written: the next look sees it whole).
+                    _ => {
+                        let _ = std::fs::remove_file(&file);
+                    }
+                }
+            }
+            // No lease directory to write in: this process's own set still guards its tests.
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Gives `port` back across processes (only when this process holds it).
+fn release_across_processes(port: u16) {
+    let file = Path::new(LEASE_DIR).join(port.to_string());
+    let holder = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    if holder == Some(std::process::id()) {
+        let _ = std::fs::remove_file(&file);
+    }
+}
+
+/// Whether a live other process leases `port`.
+fn leased_elsewhere(port: u16) -> bool {
+    let holder = std::fs::read_to_string(Path::new(LEASE_DIR).join(port.to_string()));
+    let holder = holder.ok().and_then(|t| t.trim().parse::<u32>().ok());
+    holder.is_some_and(|pid| pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists())
+}
+
 /// A loopback port held for its owner until dropped: no other caller in this process is given it meanwhile.
 #[derive(Debug)]
 pub(crate) struct PortLease(u16);
@@ -22,8 +69,12 @@ impl PortLease {
     /// leased already (its holder's bind then fails, and it takes another).
     pub(crate) fn hold(port: u16) -> Option<Self> {
         // Lazily: a lease built and dropped on refusal would release the holder's port.
-        let free = LEASED.lock().unwrap_or_else(PoisonError::into_inner).insert(port);
-        free.then(|| Self(port))
+        let mut leased = LEASED.lock().unwrap_or_else(PoisonError::into_inner);
+        if leased.contains(&port) || !lease_across_processes(port) {
+            return None;
+        }
+        leased.insert(port);
+        Some(Self(port))
     }
 
     /// A port chosen outside the kernel's ephemeral range on an address of the caller's own (the real bed's node
@@ -48,7 +99,10 @@ impl PortLease {
 
 impl Drop for PortLease {
     fn drop(&mut self) {
-        LEASED.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.0);
+        let mut leased = LEASED.lock().unwrap_or_else(PoisonError::into_inner);
+        if leased.remove(&self.0) {
+            release_across_processes(self.0);
+        }
     }
 }
 
@@ -61,7 +115,7 @@ pub fn bind_loopback() -> std::io::Result<TcpListener> {
     for _ in 0..1000 {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
-        if !LEASED.lock().unwrap_or_else(PoisonError::into_inner).contains(&port) {
+        if !LEASED.lock().unwrap_or_else(PoisonError::into_inner).contains(&port) && !leased_elsewhere(port) {
             return Ok(listener);
         }
     }
@@ -524,6 +578,23 @@ fn http_get_ok_at(host: std::net::Ipv4Addr, port: u16, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_another_live_process_leases_is_refused_and_one_whose_process_is_gone_is_taken() {
+        let port = bind_loopback().and_then(|l| l.local_addr()).expect("a port").port();
+        let file = Path::new(LEASE_DIR).join(port.to_string());
+        std::fs::create_dir_all(LEASE_DIR).expect("the lease directory");
+        // pid 1 always runs.
+        std::fs::write(&file, "1").expect("another process's lease");
+        assert!(PortLease::hold(port).is_none(), "a live process's port was given out");
+        assert!(leased_elsewhere(port), "bind_loopback would offer a port another live process leases");
+        // No process has this pid (above the kernel's pid_max).
+        std::fs::write(&file, u32::MAX.to_string()).expect("a dead process's lease");
+        let lease = PortLease::hold(port).expect("the port of a process that is gone");
+        assert_eq!(std::fs::read_to_string(&file).ok(), Some(std::process::id().to_string()), "the file names us");
+        drop(lease);
+        assert!(!file.exists(), "the lease file outlived the lease");
+    }
 
     #[test]
     fn a_killed_servers_port_stays_leased_until_it_is_dropped() {

@@ -1902,8 +1902,15 @@ impl Inner {
                             return;
                         }
                         let dir = real.network.dir().join("pods").join(&name);
-                        let p =
-                            Arc::new(Mutex::new(PikaPod::new(name.clone(), fqdn.clone(), ordinal, net, dir, password)));
+                        let p = Arc::new(Mutex::new(PikaPod::new(
+                            name.clone(),
+                            fqdn.clone(),
+                            ordinal,
+                            net,
+                            dir,
+                            password,
+                            None,
+                        )));
                         lock(&self.pikas).insert(name.clone(), Arc::clone(&p));
                         p
                     }

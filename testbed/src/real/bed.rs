@@ -92,6 +92,10 @@ pub struct RealBedOptions {
     pub dashboard_settings: Vec<(&'static str, &'static str)>,
     /// proxy.toml settings (TOML values) in place of the chart's, for the same reason.
     pub proxy_settings: Vec<(&'static str, &'static str)>,
+    /// The slot count in place of the chart's 1024, the same in every server (the dashboard's and proxies'
+    /// `max_slot_num`, pika's `default-slot-num`), as Codis requires. Fewer slots only make fewer migrations of each
+    /// rebalance and drain: what runs per slot is the same. `None`: the chart's.
+    pub slots: Option<u16>,
 }
 
 impl Default for RealBedOptions {
@@ -103,6 +107,7 @@ impl Default for RealBedOptions {
             proxies: 1,
             dashboard_settings: Vec::new(),
             proxy_settings: Vec::new(),
+            slots: None,
         }
     }
 }
@@ -128,6 +133,7 @@ pub struct RealBed {
     servers: Servers,
     action: PathBuf,
     proxy_settings: Vec<(&'static str, &'static str)>,
+    slots: Option<u16>,
     next_shard: usize,
     network: Network,
 }
@@ -153,9 +159,11 @@ impl RealBed {
         let name = format!("rp{}{}", std::process::id() % 1000, BEDS.fetch_add(1, Ordering::SeqCst));
         let password = format!("bed-secret-{name}");
         let etcd = EtcdServer::start_on(network.node(), || network.node_port());
-        let dashboard =
-            Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &opts.dashboard_settings)
-                .unwrap_or_else(|e| panic!("{e}"));
+        let slots = opts.slots.map(|n| n.to_string());
+        let mut dashboard_settings = opts.dashboard_settings.clone();
+        dashboard_settings.extend(slots.as_deref().map(|n| ("max_slot_num", n)));
+        let dashboard = Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &dashboard_settings)
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut bed = Self {
             name,
             shards: Vec::new(),
@@ -167,6 +175,7 @@ impl RealBed {
             servers,
             action: action.to_owned(),
             proxy_settings: opts.proxy_settings.clone(),
+            slots: opts.slots,
             next_shard: 0,
             network,
         };
@@ -184,6 +193,9 @@ impl RealBed {
     /// # Panics
     /// When it does not start.
     pub fn add_proxy(&mut self) -> &Proxy {
+        let slots = self.slots.map(|n| n.to_string());
+        let mut settings = self.proxy_settings.clone();
+        settings.extend(slots.as_deref().map(|n| ("max_slot_num", n)));
         let proxy = Proxy::start(
             &self.network,
             &self.servers,
@@ -191,7 +203,7 @@ impl RealBed {
             &self.name,
             &self.password,
             self.proxies.len(),
-            &self.proxy_settings,
+            &settings,
         )
         .unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
         self.proxies.push(proxy);
@@ -289,7 +301,7 @@ impl RealBed {
         // The fork's binaries and pika resolve through glibc, which reads the hosts file at every lookup.
         self.network.resolve(&fqdn, net.addr).unwrap_or_else(|e| panic!("{e}"));
         let dir = self.network.dir().join("pods").join(&name);
-        let pod = PikaPod::new(name, fqdn, ordinal, net, dir, Some(self.password.clone()));
+        let pod = PikaPod::new(name, fqdn, ordinal, net, dir, Some(self.password.clone()), self.slots);
         self.shards[index].pods.push(pod);
         self.start_pod(index, ordinal);
         ordinal

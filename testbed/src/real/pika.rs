@@ -34,6 +34,8 @@ pub struct PikaPod {
     pub net: PodNet,
     dir: PathBuf,
     password: Option<String>,
+    /// `default-slot-num` in place of the chart's (the bed's slot count).
+    slots: Option<u16>,
     child: Option<Child>,
     pre_stop: Option<PreStopHook>,
 }
@@ -54,8 +56,9 @@ impl PikaPod {
         net: PodNet,
         dir: PathBuf,
         password: Option<String>,
+        slots: Option<u16>,
     ) -> Self {
-        Self { name, fqdn, ordinal, net, dir, password, child: None, pre_stop: None }
+        Self { name, fqdn, ordinal, net, dir, password, slots, child: None, pre_stop: None }
     }
 
     /// `<fqdn>:9221`, the address Codis knows it by.
@@ -102,7 +105,17 @@ impl PikaPod {
         std::fs::create_dir_all(self.dir.join("etc")).map_err(|e| e.to_string())?;
         // The chart's own settings (maxclients too: pika-start.sh fits it to the open-file limit); only the paths
         // move to the pod's directory.
-        let template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
+        let mut template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
+        if let Some(slots) = self.slots {
+            let lines = template.lines().map(|l| {
+                if l.starts_with("default-slot-num ") {
+                    format!("default-slot-num {slots}")
+                } else {
+                    l.to_owned()
+                }
+            });
+            template = lines.collect::<Vec<_>>().join("\n") + "\n";
+        }
         std::fs::write(self.template(), template).map_err(|e| e.to_string())?;
         let script = self.dir.join("pika-start.sh");
         std::fs::write(&script, &files.pika_start).map_err(|e| e.to_string())?;
