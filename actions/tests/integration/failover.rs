@@ -240,9 +240,22 @@ fn a_partitioned_old_master_is_never_routed_to_again_and_is_demoted_when_it_reap
     let old_server = fb.pods(0)[old as usize].server();
     let fwd = &fb.forwarders[&old_server];
 
-    let ((t0, new, healed, demoted), samples) = sampling(&fb, 0, || {
+    let ((t0, cut, held_at_cut, new, healed, demoted), samples) = sampling(&fb, 0, || {
         let t0 = Instant::now();
         fwd.partition();
+        let cut = Instant::now();
+        // What the replicas hold once the cut has settled (a pump's write under way when it came ends; what the
+        // master sent after waits for the heal): a write the old master acknowledged just before the cut whose
+        // replication stream it had not sent yet is on no replica, and no failover can keep it (asynchronous
+        // replication; seen once on a loaded machine: 1 of 187).
+        std::thread::sleep(Duration::from_millis(50));
+        let held_at_cut: BTreeSet<String> = fb
+            .pods(0)
+            .iter()
+            .filter(|p| p.ordinal != old)
+            .flat_map(|p| p.redis.command(&["KEYS", "pulse:*"]).lines().map(str::to_owned).collect::<Vec<_>>())
+            .collect();
+        assert!(held_at_cut.len() > 100, "the replicas held {} of the writes at the cut", held_at_cut.len());
         let new = fb.wait_new_master(0, old).unwrap_or_else(|| panic!("no new master:\n{}", watcher.log()));
         let before = pulse.acked();
         assert!(eventually(PATIENCE, || pulse.acked() > before + 20), "writes did not resume");
@@ -251,7 +264,7 @@ fn a_partitioned_old_master_is_never_routed_to_again_and_is_demoted_when_it_reap
         let healed = Instant::now();
         fwd.heal();
         let demoted = eventually(PATIENCE, || fb.roles(0).get(&old).map(String::as_str) == Some("slave"));
-        (t0, new, healed, demoted.then(Instant::now))
+        (t0, cut, held_at_cut, new, healed, demoted.then(Instant::now))
     });
     let beats = pulse.stop();
     assert!(demoted.is_some(), "the old master was never demoted:\n{}", watcher.log());
@@ -264,8 +277,25 @@ fn a_partitioned_old_master_is_never_routed_to_again_and_is_demoted_when_it_reap
     let after_heal = both.iter().filter(|s| s.at >= healed).count();
     let demoted = demoted.unwrap();
     assert!(both.iter().all(|s| s.at <= demoted), "two masters after the demotion");
+    // Every acknowledged write a replica held at the cut, and every one after it, is kept; only those no replica had
+    // may go.
+    let unreplicated: BTreeSet<&String> = beats
+        .iter()
+        .filter(|b| b.acked.is_some() && b.sent < cut && !held_at_cut.contains(&b.key))
+        .map(|b| &b.key)
+        .collect();
     let verification = ledger_of(&beats).verify_through(&data);
-    assert!(verification.is_clean(), "{}", verification.summary());
+    let kept = verification.lost.iter().all(|k| unreplicated.contains(k));
+    assert!(
+        kept && verification.wrong.is_empty() && verification.errors.is_empty(),
+        "{} (on no replica at the cut: {unreplicated:?})",
+        verification.summary()
+    );
+    eprintln!(
+        "partitioned master: {} acknowledged write(s) on no replica at the cut, {} lost;",
+        unreplicated.len(),
+        verification.lost.len()
+    );
     eprintln!(
         "partitioned master: first write {} ms after the partition; demoted {} ms after the heal; samples with two \
          masters answering: {} while partitioned (unreachable to clients), {after_heal} after the heal",
