@@ -17,20 +17,32 @@ static LEASED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 /// port, holding the pid of the process that leased it; a file whose process is gone leases nothing.
 const LEASE_DIR: &str = "/tmp/testbed-port-leases";
 
+/// The lease file of `port`.
+fn lease_file(port: u16) -> PathBuf {
+    Path::new(LEASE_DIR).join(port.to_string())
+}
+
+/// The pid `port`'s lease file names, if any.
+fn lease_holder(port: u16) -> Option<u32> {
+    std::fs::read_to_string(lease_file(port)).ok().and_then(|t| t.trim().parse().ok())
+}
+
+fn is_running(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Takes `port` for this process across processes: `false` when a live other process holds it.
 fn lease_across_processes(port: u16) -> bool {
-    let dir = Path::new(LEASE_DIR);
-    let _ = std::fs::create_dir_all(dir);
-    let file = dir.join(port.to_string());
+    let _ = std::fs::create_dir_all(LEASE_DIR);
+    let file = lease_file(port);
     let own = std::process::id();
     for _ in 0..3 {
         match std::fs::OpenOptions::new().write(true).create_new(true).open(&file) {
             Ok(mut f) => return f.write_all(own.to_string().as_bytes()).is_ok(),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let holder = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<u32>().ok());
-                match holder {
+                match lease_holder(port) {
                     Some(pid) if pid == own => return true,
-                    Some(pid) if Path::new(&format!("/proc/{pid}")).exists() => return false,
+                    Some(pid) if is_running(pid) => return false,
                     // Its holder is gone (or the file is being written: the next look sees it whole).
                     _ => {
                         let _ = std::fs::remove_file(&file);
@@ -46,18 +58,14 @@ fn lease_across_processes(port: u16) -> bool {
 
 /// Gives `port` back across processes (only when this process holds it).
 fn release_across_processes(port: u16) {
-    let file = Path::new(LEASE_DIR).join(port.to_string());
-    let holder = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<u32>().ok());
-    if holder == Some(std::process::id()) {
-        let _ = std::fs::remove_file(&file);
+    if lease_holder(port) == Some(std::process::id()) {
+        let _ = std::fs::remove_file(lease_file(port));
     }
 }
 
 /// Whether a live other process leases `port`.
 fn leased_elsewhere(port: u16) -> bool {
-    let holder = std::fs::read_to_string(Path::new(LEASE_DIR).join(port.to_string()));
-    let holder = holder.ok().and_then(|t| t.trim().parse::<u32>().ok());
-    holder.is_some_and(|pid| pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists())
+    lease_holder(port).is_some_and(|pid| pid != std::process::id() && is_running(pid))
 }
 
 /// A loopback port held for its owner until dropped: no other caller in this process is given it meanwhile.
@@ -582,7 +590,7 @@ mod tests {
     #[test]
     fn a_port_another_live_process_leases_is_refused_and_one_whose_process_is_gone_is_taken() {
         let port = bind_loopback().and_then(|l| l.local_addr()).expect("a port").port();
-        let file = Path::new(LEASE_DIR).join(port.to_string());
+        let file = lease_file(port);
         std::fs::create_dir_all(LEASE_DIR).expect("the lease directory");
         // pid 1 always runs.
         std::fs::write(&file, "1").expect("another process's lease");

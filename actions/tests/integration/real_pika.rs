@@ -655,7 +655,12 @@ fn create(bed: &RealBed) {
 }
 
 fn created(shards: usize, pods: u32, line: Line) -> RealBed {
-    let bed = bed(shards, pods, line, 1);
+    created_with(&RealBedOptions { shards, pods, line, proxies: 1, ..RealBedOptions::default() })
+}
+
+/// A bed of `opts` whose cluster is created and healthy.
+fn created_with(opts: &RealBedOptions) -> RealBed {
+    let bed = RealBed::start(opts, action());
     create(&bed);
     assert_healthy(&bed);
     bed

@@ -138,6 +138,11 @@ pub struct RealBed {
     network: Network,
 }
 
+/// dashboard.toml or proxy.toml `settings` with the bed's own slot count (`max_slot_num`), if it has one.
+fn with_slots<'a>(settings: &[(&'a str, &'a str)], slots: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    settings.iter().copied().chain(slots.map(|n| ("max_slot_num", n))).collect()
+}
+
 fn shard_id(n: usize) -> String {
     // Three characters like KubeBlocks' random shard ids, but deterministic.
     let letters = b"abcdefghijklmnopqrstuvwxyz";
@@ -160,8 +165,7 @@ impl RealBed {
         let password = format!("bed-secret-{name}");
         let etcd = EtcdServer::start_on(network.node(), || network.node_port());
         let slots = opts.slots.map(|n| n.to_string());
-        let mut dashboard_settings = opts.dashboard_settings.clone();
-        dashboard_settings.extend(slots.as_deref().map(|n| ("max_slot_num", n)));
+        let dashboard_settings = with_slots(&opts.dashboard_settings, slots.as_deref());
         let dashboard = Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &dashboard_settings)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut bed = Self {
@@ -194,8 +198,7 @@ impl RealBed {
     /// When it does not start.
     pub fn add_proxy(&mut self) -> &Proxy {
         let slots = self.slots.map(|n| n.to_string());
-        let mut settings = self.proxy_settings.clone();
-        settings.extend(slots.as_deref().map(|n| ("max_slot_num", n)));
+        let settings = with_slots(&self.proxy_settings, slots.as_deref());
         let proxy = Proxy::start(
             &self.network,
             &self.servers,

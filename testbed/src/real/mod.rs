@@ -152,6 +152,12 @@ pub fn set_toml(text: &str, key: &str, value: &str) -> String {
     set_line(text, names, &format!("{key} = {value}"))
 }
 
+/// `text` with the value of every `key value` line (pika.conf) replaced by `value`.
+#[must_use]
+pub fn set_conf(text: &str, key: &str, value: &str) -> String {
+    set_line(text, |line: &str| line.split_whitespace().next() == Some(key), &format!("{key} {value}"))
+}
+
 /// `text` with every line `names` picks replaced by `setting`, or `setting` appended when none is.
 fn set_line(text: &str, names: impl Fn(&str) -> bool, setting: &str) -> String {
     let mut found = false;
@@ -175,6 +181,13 @@ fn set_line(text: &str, names: impl Fn(&str) -> bool, setting: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_conf_replaces_a_pika_setting_and_leaves_comments_and_longer_names_alone() {
+        let conf = "# default-slot-num 1\ndefault-slot-num 1024\ndefault-slot-num-x 3\n";
+        let set = set_conf(conf, "default-slot-num", "128");
+        assert_eq!(set, "# default-slot-num 1\ndefault-slot-num 128\ndefault-slot-num-x 3\n");
+    }
 
     #[test]
     fn settings_are_replaced_where_they_are_and_added_where_they_are_not() {

@@ -107,14 +107,7 @@ impl PikaPod {
         // move to the pod's directory.
         let mut template = files.pika_conf.replace("/data/", &format!("{}/", volume.display()));
         if let Some(slots) = self.slots {
-            let lines = template.lines().map(|l| {
-                if l.starts_with("default-slot-num ") {
-                    format!("default-slot-num {slots}")
-                } else {
-                    l.to_owned()
-                }
-            });
-            template = lines.collect::<Vec<_>>().join("\n") + "\n";
+            template = super::set_conf(&template, "default-slot-num", &slots.to_string());
         }
         std::fs::write(self.template(), template).map_err(|e| e.to_string())?;
         let script = self.dir.join("pika-start.sh");

@@ -448,9 +448,7 @@ struct Share {
 /// every pod.
 fn scale_killed_everywhere(line: Line, share: &Share) {
     let opts = RealBedOptions { shards: 2, pods: 2, line, proxies: 1, slots: Some(SCALE_SLOTS), ..Default::default() };
-    let mut bed = RealBed::start(&opts, super::action());
-    super::create(&bed);
-    super::assert_healthy(&bed);
+    let mut bed = super::created_with(&opts);
     let slots = usize::from(SCALE_SLOTS);
     assert_eq!(bed.topology().slots.len(), slots, "the dashboard's slot count");
     for pod in bed.shards.iter().flat_map(|s| &s.pods) {
