@@ -456,7 +456,11 @@ impl Bed {
                         .flatten()
                         .map(|(addr, e)| {
                             let view = if let Some(c) = e["error"]["Cause"].as_str() {
-                                json!({"error": c})
+                                // The promote's CLIENT KILL closes the stats connection: the next read finds it
+                                // closed (EOF), or reset when its request reached the closed socket first; both are
+                                // the kill, which one is the timing's (a loaded machine sees the reset).
+                                let killed = c == "EOF" || c.ends_with(": connection reset by peer");
+                                json!({"error": if killed { "closed by the server" } else { c }})
                             } else {
                                 let st = &e["stats"];
                                 json!({
