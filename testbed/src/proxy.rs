@@ -62,6 +62,9 @@ pub struct ProxyOptions {
     pub max_slot_num: usize,
     /// Backend address as the dashboard pushes it (registered spelling) → real `host:port` to dial.
     pub overrides: BTreeMap<String, String>,
+    /// `backend_primary_only`, as the proxy's stats report it (the chart sets it; Codis's default is off). The data
+    /// port reads from group masters either way.
+    pub primary_only: bool,
     /// The backends are redis-servers standing in for codis-server (default): the migration commands
     /// (`SLOTSMGRT-EXEC-WRAPPER`, `SLOTSMGRTTAGONE`) are emulated; `false` sends them as codis-proxy does.
     pub redis_stand_ins: bool,
@@ -81,6 +84,7 @@ impl ProxyOptions {
             fork: false,
             max_slot_num: 1024,
             overrides: BTreeMap::new(),
+            primary_only: false,
             redis_stand_ins: true,
         }
     }
@@ -400,7 +404,7 @@ fn stats(shared: &Shared, full: bool) -> ProxyStats {
             mem: 0,
             raw: ProxyRusageRaw { num_threads: 1, ..ProxyRusageRaw::default() },
         },
-        backend: crate::codis::model::ProxyBackend::default(),
+        backend: crate::codis::model::ProxyBackend { primary_only: shared.opts.primary_only },
         runtime,
         slow_cmd_count: shared.opts.fork.then_some(0),
     }

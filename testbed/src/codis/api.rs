@@ -447,11 +447,7 @@ pub(crate) async fn push(sh: &Shared, batches: Vec<(Proxy, Vec<Slot>)>) -> Resul
     }
     let mut set = JoinSet::new();
     for (p, slots) in batches {
-        let client = ProxyClient::new(
-            &sh.http,
-            &sh.dial_target(&p.admin_addr),
-            &wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token),
-        );
+        let client = sh.proxy_client(&p);
         set.spawn(async move { (p.token, client.fill_slots(&slots).await) });
     }
     let mut failed: Vec<String> = Vec::new();
@@ -607,11 +603,7 @@ async fn rebalance(sh: &Shared, x: &str, confirm: &str) -> Result<Response<Body>
 
 /// Fillslots with the whole table, start, and (upstream) sentinels: Codis's `reinitProxy`.
 pub(crate) async fn reinit(sh: &Shared, p: &Proxy) -> Result<(), ApiError> {
-    let client = ProxyClient::new(
-        &sh.http,
-        &sh.dial_target(&p.admin_addr),
-        &wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token),
-    );
+    let client = sh.proxy_client(p);
     let slots: Vec<Slot> = {
         let st = sh.state();
         st.topo.slots.iter().map(|m| st.topo.slot_view(m, Some(p))).collect()
@@ -638,14 +630,10 @@ async fn proxy_create(sh: &Shared, x: &str, addr: &str, online: bool) -> Result<
             format!(", {e}")
         }
     };
-    let mut p = ProxyClient::model(&sh.http, &target)
+    let mut p = ProxyClient::model(&sh.http, addr, &target)
         .await
         .map_err(|e| ApiError::traced(format!("proxy@{addr} fetch model failed{}", suffix(e))))?;
-    let client = ProxyClient::new(
-        &sh.http,
-        &sh.dial_target(&p.admin_addr),
-        &wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token),
-    );
+    let client = sh.proxy_client(&p);
     client.xping().await.map_err(|e| ApiError::traced(format!("proxy@{addr} check xauth failed{}", suffix(e))))?;
     let _op = sh.op.lock().await;
     {
@@ -687,11 +675,7 @@ async fn proxy_remove(sh: &Shared, x: &str, token: &str, force: &str) -> Result<
         .get(token)
         .cloned()
         .ok_or_else(|| ApiError::traced(format!("proxy-[{token}] doesn't exist")))?;
-    let client = ProxyClient::new(
-        &sh.http,
-        &sh.dial_target(&p.admin_addr),
-        &wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token),
-    );
+    let client = sh.proxy_client(&p);
     if let Err(e) = client.shutdown().await {
         tracing::warn!("proxy-[{token}] shutdown failed, force remove = {force}: {e}");
         if !force {

@@ -62,6 +62,7 @@ pub use state::{MigrationHold, Mutation};
 pub use wire::{proxy_xauth, xauth};
 
 use crate::httpd::{Dropped, Handler, Listener, Runtime};
+use proxy_client::ProxyClient;
 use resp::Conn;
 use state::{KeyFault, State, Topo};
 
@@ -461,6 +462,12 @@ impl Shared {
         let overrides = self.overrides.lock().unwrap_or_else(PoisonError::into_inner);
         let addr = crate::dns::rooted_as_relative(addr);
         overrides.get(addr.as_ref()).cloned().unwrap_or_else(|| addr.into_owned())
+    }
+
+    /// A client of proxy `p`'s admin API, dialled through the overrides.
+    pub(crate) fn proxy_client(&self, p: &Proxy) -> ProxyClient {
+        let xauth = wire::proxy_xauth(&self.opts.product, self.auth(), &p.token);
+        ProxyClient::new(&self.http, &p.admin_addr, &self.dial_target(&p.admin_addr), &xauth)
     }
 
     /// The registered spelling of a real address, if an override maps to it.

@@ -7,14 +7,16 @@ use serde::de::DeserializeOwned;
 
 use super::model::{Proxy, ProxyStats, Slot};
 
-/// A proxy's admin API at `target` (the dialled address), authenticated with `xauth`.
+/// A proxy's admin API at `addr` (as registered), dialled at `target`, authenticated with `xauth`.
 pub(crate) struct ProxyClient {
     http: reqwest::Client,
+    addr: String,
     target: String,
     xauth: String,
 }
 
-/// Go's `net/http` client error text: `Get "http://...": dial tcp ...: connect: connection refused`.
+/// Go's `net/http` client error text: `Get "http://...": dial tcp ...: connect: connection refused`, the URL as
+/// requested (the registered address) and the address dialled (what it resolved to).
 fn transport_error(method: &str, url: &str, target: &str, e: &reqwest::Error) -> String {
     let inner = if e.is_timeout() {
         format!("dial tcp {target}: i/o timeout")
@@ -51,27 +53,28 @@ async fn decode<T: DeserializeOwned>(
 }
 
 impl ProxyClient {
-    pub(crate) fn new(http: &reqwest::Client, target: &str, xauth: &str) -> Self {
-        Self { http: http.clone(), target: target.to_owned(), xauth: xauth.to_owned() }
+    pub(crate) fn new(http: &reqwest::Client, addr: &str, target: &str, xauth: &str) -> Self {
+        Self { http: http.clone(), addr: addr.to_owned(), target: target.to_owned(), xauth: xauth.to_owned() }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.target)
+    /// The URL of `path` as dialled and as an error names it.
+    fn urls(&self, path: &str) -> (String, String) {
+        (format!("http://{}{path}", self.target), format!("http://{}{path}", self.addr))
     }
 
-    /// `GET /api/proxy/model` (no auth).
-    pub(crate) async fn model(http: &reqwest::Client, target: &str) -> Result<Proxy, String> {
-        let url = format!("http://{target}/api/proxy/model");
-        decode("Get", &url, target, http.get(&url).send().await).await
+    /// `GET /api/proxy/model` (no auth) of the proxy registered at `addr`, dialled at `target`.
+    pub(crate) async fn model(http: &reqwest::Client, addr: &str, target: &str) -> Result<Proxy, String> {
+        let (url, shown) = (format!("http://{target}/api/proxy/model"), format!("http://{addr}/api/proxy/model"));
+        decode("Get", &shown, target, http.get(&url).send().await).await
     }
 
     async fn put_ok(&self, path: &str, body: Option<String>) -> Result<(), String> {
-        let url = self.url(&format!("{path}/{}", self.xauth));
+        let (url, shown) = self.urls(&format!("{path}/{}", self.xauth));
         let mut req = self.http.put(&url);
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
-        let reply: String = decode("Put", &url, &self.target, req.send().await).await?;
+        let reply: String = decode("Put", &shown, &self.target, req.send().await).await?;
         if reply == "OK" {
             Ok(())
         } else {
@@ -81,8 +84,8 @@ impl ProxyClient {
 
     /// `GET /api/proxy/xping/{pxauth}`.
     pub(crate) async fn xping(&self) -> Result<(), String> {
-        let url = self.url(&format!("/api/proxy/xping/{}", self.xauth));
-        let reply: String = decode("Get", &url, &self.target, self.http.get(&url).send().await).await?;
+        let (url, shown) = self.urls(&format!("/api/proxy/xping/{}", self.xauth));
+        let reply: String = decode("Get", &shown, &self.target, self.http.get(&url).send().await).await?;
         if reply == "OK" {
             Ok(())
         } else {
@@ -113,7 +116,7 @@ impl ProxyClient {
 
     /// `GET /api/proxy/stats/{pxauth}`.
     pub(crate) async fn stats(&self) -> Result<ProxyStats, String> {
-        let url = self.url(&format!("/api/proxy/stats/{}", self.xauth));
-        decode("Get", &url, &self.target, self.http.get(&url).send().await).await
+        let (url, shown) = self.urls(&format!("/api/proxy/stats/{}", self.xauth));
+        decode("Get", &shown, &self.target, self.http.get(&url).send().await).await
     }
 }

@@ -9,7 +9,6 @@ use tokio::task::JoinSet;
 
 use super::api::{fetch_info_pooled, group_batches, info_of, push, reinit, set_master};
 use super::model::{Proxy, ProxyStatsEntry, ServerAction, ServerActionState, ServerStats};
-use super::proxy_client::ProxyClient;
 use super::resp::Conn;
 use super::wire::{self, ApiError};
 use super::Shared;
@@ -54,8 +53,7 @@ async fn refresh(sh: &Arc<Shared>) {
     for p in proxies {
         let sh = sh.clone();
         proxy_set.spawn(async move {
-            let xauth = wire::proxy_xauth(&sh.opts.product, sh.auth(), &p.token);
-            let client = ProxyClient::new(&sh.http, &sh.dial_target(&p.admin_addr), &xauth);
+            let client = sh.proxy_client(&p);
             let r = tokio::time::timeout(timeout, client.stats()).await;
             (p, r)
         });

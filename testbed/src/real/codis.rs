@@ -313,6 +313,12 @@ impl Proxy {
         &self.data
     }
 
+    /// Where its admin API listens (the pod's address): what a dashboard's dial error names.
+    #[must_use]
+    pub fn admin_listen_addr(&self) -> &str {
+        &self.admin
+    }
+
     /// Its admin address as the dashboard lists it: its pod's FQDN and the admin port.
     #[must_use]
     pub fn admin_addr(&self) -> &str {

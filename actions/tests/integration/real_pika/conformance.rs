@@ -1,13 +1,18 @@
 //! The Codis double against the fork it stands in for (issue 36): one scenario run on the fork's codis-dashboard
-//! over real pikas, then on the double in fork mode over other real pikas of the same release, registered under the
-//! same names; every answer compared value by value with `testbed::transcript` (status, shape, `Cause`, every leaf
-//! but what is run-specific: process identity, timestamps, and the few values the list below names).
+//! over real pikas and the fork's codis-proxy, then on the double in fork mode over other real pikas of the same
+//! release and a proxy double, registered under the same names and token; every answer compared value by value with
+//! `testbed::transcript` (status, shape, `Cause`, every leaf but what is run-specific: process identity,
+//! timestamps, and the few values the list below names). The scenario covers what the actions meet: groups,
+//! servers, sync actions, the slot table, promotes, a migration, the refusals they handle (all but a promote refused
+//! while a migration batch runs, which needs a batch in flight at the moment of the call), and a proxy that died
+//! registered (the promote it fails, the group left promoting, the forced removal, the promote resumed).
 //!
 //! The scenario waits where the fork works in the background (its health check every 10 s, a sync action, a
 //! migration) until both sides reach the same settled state, then reads it. What the double is not asked to match
 //! (left out here, each for its reason): the dashboard's configured timings, which the double scales down
 //! ([`DoubleOptions::tick`], its stats period), and the binlog positions, which follow each run's own writes.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -15,25 +20,70 @@ use serde_json::Value;
 use testbed::codis::HttpReply;
 use testbed::real::bed::{Line, RealBed, RealBedOptions};
 use testbed::transcript::{self, Answer, Exchange, Normaliser};
-use testbed::{CodisDouble, DoubleOptions};
+use testbed::{CodisDouble, DoubleOptions, ProxyDouble, ProxyOptions};
 
 /// One side of the comparison.
 trait Dashboard {
     fn call(&self, method: &str, path: &str, body: &str) -> HttpReply;
+    /// Starts a proxy and brings it online at this dashboard; where it listens (the address a dial error names).
+    fn start_proxy(&self) -> String;
+    /// Kills that proxy: it stays registered.
+    fn kill_proxy(&self);
 }
 
-/// The fork's dashboard of the bed.
-struct Fork<'a>(&'a RealBed);
+/// The fork's dashboard of the bed and the fork's codis-proxy, which comes online by itself (`--dashboard`).
+struct Fork<'a> {
+    bed: &'a RefCell<RealBed>,
+    /// The proxy's model as its admin API gave it, once started.
+    proxy_model: RefCell<Value>,
+}
 
 impl Dashboard for Fork<'_> {
     fn call(&self, method: &str, path: &str, body: &str) -> HttpReply {
-        self.0.dashboard.call(&self.0.name, method, path, body)
+        let bed = self.bed.borrow();
+        bed.dashboard.call(&bed.name, method, path, body)
+    }
+
+    fn start_proxy(&self) -> String {
+        let listen = self.bed.borrow_mut().add_proxy().admin_listen_addr().to_owned();
+        let model = testbed::real::codis::http_get(&listen, "/api/proxy/model").expect("the proxy's model");
+        *self.proxy_model.borrow_mut() = serde_json::from_str(&model).expect("a JSON model");
+        listen
+    }
+
+    fn kill_proxy(&self) {
+        self.bed.borrow_mut().proxies[0].kill();
     }
 }
 
-impl Dashboard for CodisDouble {
+/// The double in fork mode and a proxy double standing in for the fork's proxy under its token and addresses.
+struct Double {
+    dashboard: CodisDouble,
+    proxy_options: ProxyOptions,
+    proxy: RefCell<Option<ProxyDouble>>,
+}
+
+impl Dashboard for Double {
     fn call(&self, method: &str, path: &str, body: &str) -> HttpReply {
-        self.call_with_body(method, path, body)
+        self.dashboard.call_with_body(method, path, body)
+    }
+
+    fn start_proxy(&self) -> String {
+        let proxy = ProxyDouble::start_with(self.proxy_options.clone());
+        let advertised = self.proxy_options.admin_addr.clone().expect("the fork proxy's advertised address");
+        self.dashboard.set_override(&advertised, &proxy.addr());
+        // What the fork's proxy does at its start (`--dashboard`): not a step of the scenario.
+        let online = self.dashboard.call("PUT", &format!("/api/topom/proxy/online/{{xauth}}/{advertised}"));
+        assert!(online.is_ok(), "the proxy double did not come online: {online:?}");
+        let listen = proxy.addr();
+        *self.proxy.borrow_mut() = Some(proxy);
+        listen
+    }
+
+    fn kill_proxy(&self) {
+        if let Some(proxy) = self.proxy.borrow().as_ref() {
+            proxy.stop();
+        }
     }
 }
 
@@ -53,14 +103,18 @@ struct Side<'a> {
     dashboard: &'a dyn Dashboard,
     names: Vec<String>,
     ips: Vec<String>,
+    /// Where the side's proxy listens, once started.
+    proxy: RefCell<Option<String>>,
 }
 
 impl Side<'_> {
-    /// `text` with each of this side's pod addresses written `<pod-i>`: pika reports its peers by address.
+    /// `text` with each of this side's pod addresses written `<pod-i>` (pika reports its peers by address), and
+    /// its proxy's `<proxy>` (a dial error names the address dialled).
     fn neutral(&self, text: &str) -> String {
-        let pods: BTreeMap<String, String> =
+        let mut real: BTreeMap<String, String> =
             self.ips.iter().enumerate().map(|(i, ip)| (format!("<pod-{i}>"), ip.clone())).collect();
-        Normaliser::new(&pods).apply(text)
+        real.extend(self.proxy.borrow().iter().map(|listen| ("<proxy>".to_owned(), listen.clone())));
+        Normaliser::new(&real).apply(text)
     }
 
     fn send(&self, steps: &mut Vec<Step>, what: &str, method: &'static str, path: &str, body: &str) -> HttpReply {
@@ -199,7 +253,86 @@ fn scenario(side: &Side) -> Vec<Step> {
     side.settle("slot 0 moved, every server checked and read", moved);
     run.send("slots after the migration", "GET", "/topom/slots");
     run.settled("after the migration", moved);
+    refusals(&mut run, a);
+    a_dead_proxy(&mut run, a, b);
     run.steps
+}
+
+/// What the actions meet when a call is refused: slot actions (held pending while the executor is paused), sync
+/// actions, promotes, groups, proxies, each refusal's `Cause` as the fork words it, then the slot table carrying a
+/// pending action.
+fn refusals(run: &mut Run, a: &str) {
+    let create = |sid: &str, gid: &str| format!("/api/topom/slots/action/create/{{xauth}}/{sid}/{gid}");
+    run.send("slot actions paused", "PUT", "/api/topom/slots/action/disabled/{xauth}/1");
+    run.send("slot 1 to group 2, held pending", "PUT", &create("1", "2"));
+    run.send("slot 1 again", "PUT", &create("1", "2"));
+    run.send("slot 0 onto its own group", "PUT", &create("0", "2"));
+    run.send("a range over the pending slot", "PUT", "/api/topom/slots/action/create-range/{xauth}/1/3/2");
+    run.send("a range backwards", "PUT", "/api/topom/slots/action/create-range/{xauth}/3/1/2");
+    run.send("a slot past the last", "PUT", &create("1024", "2"));
+    run.send("group 3, empty", "PUT", "/api/topom/group/create/{xauth}/3");
+    run.send("slot 3 onto an empty group", "PUT", &create("3", "3"));
+    run.send("slot 3 onto a group not there", "PUT", &create("3", "42"));
+    let assign = r#"[{"id":1,"group_id":2}]"#;
+    run.send_body("assign the slot with an action", "PUT", "/api/topom/slots/assign/{xauth}", assign);
+    run.send("the rebalance plan with an action pending", "PUT", "/api/topom/slots/rebalance/{xauth}/0");
+    run.send("the slots with a pending action", "GET", "/topom/slots");
+    run.send("slot 1's action removed", "PUT", "/api/topom/slots/action/remove/{xauth}/1");
+    run.send("slot 1's action removed again", "PUT", "/api/topom/slots/action/remove/{xauth}/1");
+    run.send("slot actions resumed", "PUT", "/api/topom/slots/action/disabled/{xauth}/0");
+    run.send("group 3 removed", "PUT", "/api/topom/group/remove/{xauth}/3");
+    run.send("group 3 removed again", "PUT", "/api/topom/group/remove/{xauth}/3");
+    run.send("sync a server of no group", "PUT", "/api/topom/group/action/create/{xauth}/nowhere:9221");
+    run.send("promote in a group not there", "PUT", &format!("/api/topom/group/promote/{{xauth}}/42/{a}"));
+    run.send("A into a second group", "PUT", &format!("/api/topom/group/add/{{xauth}}/2/{a}"));
+    run.send("a group id that is no number", "PUT", "/api/topom/group/create/{xauth}/abc");
+    run.send("an unknown log level", "PUT", "/api/topom/loglevel/{xauth}/NOPE");
+    let token = "0123456789abcdef0123456789abcdef";
+    run.send("reinit a proxy not there", "PUT", &format!("/api/topom/proxy/reinit/{{xauth}}/{token}"));
+    run.send("remove a proxy not there", "PUT", &format!("/api/topom/proxy/remove/{{xauth}}/{token}/0"));
+    run.send("online a proxy nobody runs", "PUT", "/api/topom/proxy/online/{xauth}/127.0.0.1:1");
+    run.send("create a proxy nobody runs", "PUT", "/api/topom/proxy/create/{xauth}/127.0.0.1:1");
+}
+
+/// A proxy that died registered: every promote and slot change must reach every proxy, so the promote fails and
+/// the group stays promoting (refusing other changes of it) until the proxy is removed by force; then the promote
+/// resumes. The dashboard's stats name the dead proxy's error.
+fn a_dead_proxy(run: &mut Run, a: &str, b: &str) {
+    // A promote pushes the group's slots to the proxies: group 1 needs one (slot 1 went to group 2 above).
+    let assign = r#"[{"id":3,"group_id":1}]"#;
+    run.send_body("slot 3 to group 1", "PUT", "/api/topom/slots/assign/{xauth}", assign);
+    let listen = run.side.dashboard.start_proxy();
+    *run.side.proxy.borrow_mut() = Some(listen);
+    let token = |s: &Value| s["proxy"]["models"][0]["token"].as_str().map(str::to_owned);
+    // Online, and past its first usage sample (the fork's proxy measures its CPU over its first second before its
+    // stats carry `rusage.raw`).
+    run.settled("a proxy online", |s| {
+        token(s).is_some_and(|t| {
+            let stats = &s["proxy"]["stats"][&t]["stats"];
+            stats["online"] == true && stats["rusage"]["raw"].is_object()
+        })
+    });
+    run.side.dashboard.kill_proxy();
+    run.settled("the proxy dead", |s| token(s).is_some_and(|t| s["proxy"]["stats"][&t]["error"].is_object()));
+    let promote = |x: &str| format!("/api/topom/group/promote/{{xauth}}/1/{x}");
+    run.send("promote A past a dead proxy", "PUT", &promote(a));
+    run.send("promote B while A's promote is stuck", "PUT", &promote(b));
+    run.send("A out of the promoting group", "PUT", &format!("/api/topom/group/del/{{xauth}}/1/{a}"));
+    run.send("sync A in the promoting group", "PUT", &format!("/api/topom/group/action/create/{{xauth}}/{a}"));
+    run.send("the slots while promoting", "GET", "/topom/slots");
+    let dead = run.side.dashboard.call("GET", "/topom/stats", "");
+    let dead: Value = serde_json::from_str(&dead.body).expect("stats");
+    let dead = token(&dead).expect("the dead proxy's token");
+    let remove = |force: u8| format!("/api/topom/proxy/remove/{{xauth}}/{dead}/{force}");
+    run.send("remove the dead proxy", "PUT", &remove(0));
+    run.send("remove the dead proxy by force", "PUT", &remove(1));
+    run.send("promote A again", "PUT", &promote(a));
+    run.settled("after the resumed promote", |s| {
+        s["group"]["models"][0]["servers"][0]["server"] == a
+            && s["group"]["models"][0]["promoting"].as_object().is_some_and(serde_json::Map::is_empty)
+            && member(s, a).is_some_and(|m| m["role"] == "master")
+            && s["proxy"]["models"].as_array().is_some_and(Vec::is_empty)
+    });
 }
 
 /// A JSON body's `Content-Type` (the header itself is compared by the recordings' replay, not here).
@@ -243,22 +376,47 @@ fn the_double_answers_a_scenario_as_the_forks_dashboard_over_real_pikas() {
     );
     let names: Vec<String> = bed.shards[0].pods.iter().map(|p| p.server()).collect();
     let ips = |shard: usize| bed.shards[shard].pods.iter().map(|p| p.net.addr.to_string()).collect::<Vec<_>>();
-    let fork = scenario(&Side { label: "fork", dashboard: &Fork(&bed), names: names.clone(), ips: ips(0) });
-
+    let (fork_ips, double_ips) = (ips(0), ips(1));
     let overrides: BTreeMap<String, String> =
         names.iter().zip(&bed.shards[1].pods).map(|(name, pod)| (name.clone(), pod.addr())).collect();
-    let double = CodisDouble::start(DoubleOptions {
-        product: bed.name.clone(),
-        password: Some(bed.password.clone()),
-        fork: true,
-        redis_stand_ins: false,
-        overrides,
-        // The fork's races with its own checks (one overwrites a running sync action as synced) are the fork's;
-        // checks less frequent than the default 100 ms keep them as rare here as on the fork (10 s).
-        server_check_interval: Duration::from_secs(2),
-        ..DoubleOptions::default()
-    });
-    let answered = scenario(&Side { label: "double", dashboard: &double, names, ips: ips(1) });
+    let (product, password) = (bed.name.clone(), bed.password.clone());
+    let bed = RefCell::new(bed);
+
+    let fork_dashboard = Fork { bed: &bed, proxy_model: Value::Null.into() };
+    let fork_side =
+        Side { label: "fork", dashboard: &fork_dashboard, names: names.clone(), ips: fork_ips, proxy: None.into() };
+    let fork = scenario(&fork_side);
+
+    // The proxy double takes the fork's proxy's token and addresses, as the pods' names are shared.
+    let proxy_model = fork_dashboard.proxy_model.take();
+    let double = Double {
+        dashboard: CodisDouble::start(DoubleOptions {
+            product: product.clone(),
+            password: Some(password.clone()),
+            fork: true,
+            redis_stand_ins: false,
+            overrides: overrides.clone(),
+            // The fork's races with its own checks (one overwrites a running sync action as synced) are the
+            // fork's; checks less frequent than the default 100 ms keep them as rare here as on the fork (10 s).
+            server_check_interval: Duration::from_secs(2),
+            ..DoubleOptions::default()
+        }),
+        proxy_options: ProxyOptions {
+            auth: password,
+            token: proxy_model["token"].as_str().map(str::to_owned),
+            admin_addr: proxy_model["admin_addr"].as_str().map(str::to_owned),
+            proxy_addr: proxy_model["proxy_addr"].as_str().unwrap_or_default().to_owned(),
+            fork: true,
+            overrides,
+            // The chart's proxy.toml.
+            primary_only: true,
+            redis_stand_ins: false,
+            ..ProxyOptions::new(&product)
+        },
+        proxy: None.into(),
+    };
+    let double_side = Side { label: "double", dashboard: &double, names, ips: double_ips, proxy: None.into() };
+    let answered = scenario(&double_side);
     let found = differences(&fork, &answered);
     assert!(found.is_empty(), "{} differences:\n{}", found.len(), found.join("\n"));
 }
