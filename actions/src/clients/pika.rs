@@ -60,6 +60,13 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the server did not answer at all (no connection, or none in time): a pod down or restarting, which
+    /// its group's failover or the kubelet mends, not a refusal.
+    #[must_use]
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Connect { .. } | Self::Timeout { .. })
+    }
+
     /// Whether SLAVEOF was refused for a reason that clears by itself (the node still has replicas, or is in the
     /// middle of a replication state change), rather than for good.
     #[must_use]
@@ -769,6 +776,15 @@ mod tests {
 
     fn local(port: u16) -> HostPort {
         HostPort::new("127.0.0.1".to_owned(), port)
+    }
+
+    #[test]
+    fn only_a_server_that_does_not_answer_is_unreachable() {
+        let addr = "p:9221".to_owned();
+        assert!(Error::Connect { addr: addr.clone(), message: "refused".into() }.is_unreachable());
+        assert!(Error::Timeout { addr: addr.clone(), command: "CONFIG" }.is_unreachable());
+        assert!(!Error::Command { addr: addr.clone(), command: "CONFIG", message: "ERR".into() }.is_unreachable());
+        assert!(!Error::Address { address: addr, reason: "no port".into() }.is_unreachable());
     }
 
     macro_rules! fixture {

@@ -466,10 +466,19 @@ fn leaving_dir(s: &Session<'_>) -> String {
     format!("{}/leaving/", s.prefix())
 }
 
-/// Asks every master taking part for `slotmigrate`, refusing on the first that has it off.
+/// Asks every master taking part for `slotmigrate`, refusing on the first that has it off. A master that does not
+/// answer (dead, its failover not yet done) holds the drain back for a later run, which asks whichever master its
+/// group has then.
 async fn check_slotmigrate(s: &Session<'_>, masters: &[String]) -> Result<()> {
     for server in masters {
-        let unchecked = |e: Error| Stopped::Unchecked { server: server.clone(), source: Box::new(e) };
+        let unchecked = |e: Error| match e {
+            Error::Pika(e) if e.is_unreachable() => Error::InProgress {
+                progress: format!(
+                    "drain waiting: {e}; {SLOTMIGRATE} is checked on the group's master before any slot moves"
+                ),
+            },
+            e => Stopped::Unchecked { server: server.clone(), source: Box::new(e) }.into(),
+        };
         let value =
             s.pika(server).await.map_err(unchecked)?.config_get(SLOTMIGRATE).await.map_err(|e| unchecked(e.into()))?;
         if slotmigrate_verdict(server, value.as_deref())? == SlotMigrate::Unknown {

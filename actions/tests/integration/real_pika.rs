@@ -23,17 +23,45 @@ fn action() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_pika-action"))
 }
 
+/// The slot count of this tier's beds, in place of the chart's 1024 (which the chart's own tests below, the
+/// emulation and the demo keep): what the actions do per group, slot range or batch of keys is the same over 128
+/// slots; 1024 only hand Codis eight times the migrations of each rebalance and drain (about 16 ms each on this
+/// fork, a third of the slots 5 s), time every multi-shard test spent waiting.
+const TIER_SLOTS: u16 = 128;
+
+/// A bed over [`TIER_SLOTS`] slots.
+fn options(shards: usize, pods: u32, line: Line, proxies: usize) -> RealBedOptions {
+    RealBedOptions { shards, pods, line, proxies, slots: Some(TIER_SLOTS), ..RealBedOptions::default() }
+}
+
 fn bed(shards: usize, pods: u32, line: Line, proxies: usize) -> RealBed {
-    RealBed::start(&RealBedOptions { shards, pods, line, proxies, ..RealBedOptions::default() }, action())
+    started(&options(shards, pods, line, proxies))
+}
+
+/// A bed of `opts`, its slot count checked where each server keeps it: the dashboard's slot table and every pika's
+/// `default-slot-num` (a pika with another count would put keys in slots their group does not own).
+fn started(opts: &RealBedOptions) -> RealBed {
+    let bed = RealBed::start(opts, action());
+    let slots = usize::from(opts.slots.unwrap_or(1024));
+    assert_eq!(bed.dashboard.topology().slots.len(), slots, "the dashboard's slot count");
+    for pod in bed.shards.iter().flat_map(|s| &s.pods) {
+        let said = pod.command(&["CONFIG", "GET", "default-slot-num"]);
+        assert_eq!(said.lines().nth(1), Some(slots.to_string().as_str()), "{}'s slot count: {said}", pod.name);
+    }
+    bed
 }
 
 /// Runs the action until it exits 0, rerunning on 75 (as KubeBlocks requeues); panics on anything else. Returns
 /// what each run printed.
 fn run_to_completion(bed: &RealBed, args: &[&str], env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
     // Ten budgets (40 s each) is far beyond what any of these operations needs on this bed: a run that still
-    // exits 75 then is not progressing.
+    // exits 75 then is not progressing. Between runs a pause, growing as KubeBlocks' requeue backoff does (1, 2,
+    // 4, then 8 s): a run that waits for something another process mends (a master's failover) returns at once.
     let mut said = Vec::new();
-    for _ in 0..10 {
+    for run in 0..10 {
+        if run > 0 {
+            std::thread::sleep(Duration::from_secs(1 << (run - 1).min(3)));
+        }
         let out = bed.run(args, env);
         said.push(describe(&out));
         match out.status.code() {
@@ -86,8 +114,9 @@ fn missing_through_proxy(bed: &RealBed, keys: &[String]) -> Vec<String> {
 
 #[test]
 fn a_fresh_pod_of_the_chart_serves_on_an_empty_volume() {
-    // No Codis registration: only the pika container's start on an empty volume, as a new pod of the chart.
-    let bed = bed(1, 1, Line::V1_1, 0);
+    // No Codis registration: only the pika container's start on an empty volume, as a new pod of the chart (its
+    // slot count too).
+    let bed = RealBed::start(&RealBedOptions { proxies: 0, ..RealBedOptions::default() }, action());
     let pod = bed.shards[0].pod(0);
     // The persisted config did not exist; pika-start.sh made it from the chart's template, and pika serves it.
     let persisted = std::fs::read_to_string(pod.volume().join("pika.conf")).expect("the persisted pika.conf");
@@ -114,7 +143,8 @@ fn a_fresh_pod_of_the_chart_serves_on_an_empty_volume() {
 
 #[test]
 fn post_provision_registers_a_shard_of_real_pikas_on_the_forks_dashboard() {
-    let bed = bed(1, 2, Line::V1_1, 1);
+    // The chart's slot count.
+    let bed = started(&RealBedOptions { pods: 2, ..RealBedOptions::default() });
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     let gid = bed.assert_registered(0, 0);
     let topology = bed.topology();
@@ -191,9 +221,7 @@ struct SlotMove {
 /// of the slot are written through the proxy, until the move is done or a write is refused with `stop_on`; then every
 /// acknowledged key is read back through the proxy.
 fn move_a_slot_while_writing_to_it(dashboard_settings: Vec<(&'static str, &'static str)>, stop_on: &str) -> SlotMove {
-    let opts =
-        RealBedOptions { shards: 2, pods: 1, line: Line::V1_1, proxies: 1, dashboard_settings, ..Default::default() };
-    let bed = RealBed::start(&opts, action());
+    let bed = started(&RealBedOptions { dashboard_settings, ..options(2, 1, Line::V1_1, 1) });
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     let mut proxy = bed.proxies[0].connect().expect("connect to codis-proxy");
     // SLOTSHASHKEY answers an array of one slot id.
@@ -289,9 +317,7 @@ fn sync_migration_cannot_move_a_slot_between_password_protected_pikas() {
 /// in a full sync, or in pika's error state, is as far behind) once the dashboard's health check has put it in its
 /// group's replica groups, which the fork does by itself for every reachable server.
 fn reads_while_a_replica_is_behind(proxy_settings: Vec<(&'static str, &'static str)>) -> (usize, usize) {
-    let opts =
-        RealBedOptions { shards: 1, pods: 2, line: Line::V1_1, proxies: 1, proxy_settings, ..Default::default() };
-    let bed = RealBed::start(&opts, action());
+    let bed = started(&RealBedOptions { proxy_settings, ..options(1, 2, Line::V1_1, 1) });
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     bed.assert_registered(0, 0);
     let replica = bed.shards[0].pod(1);
@@ -335,9 +361,7 @@ fn with_replica_reads_a_replica_behind_answers_reads_with_nil() {
 
 /// Through the proxy, on one connection: `SELECT 1`, then a SET, then a SET after `SELECT 0`.
 fn select_one_through_the_proxy(proxy_settings: Vec<(&'static str, &'static str)>) -> [String; 3] {
-    let opts =
-        RealBedOptions { shards: 1, pods: 1, line: Line::V1_1, proxies: 1, proxy_settings, ..Default::default() };
-    let bed = RealBed::start(&opts, action());
+    let bed = started(&RealBedOptions { proxy_settings, ..options(1, 1, Line::V1_1, 1) });
     run_to_completion(&bed, &["post-provision"], &bed.env(0));
     let pika = bed.shards[0].pod(0).command(&["CONFIG", "GET", "databases"]);
     assert_eq!(pika.lines().nth(1), Some("1"), "pika's databases: {pika}");
@@ -654,13 +678,9 @@ fn create(bed: &RealBed) {
     }
 }
 
+/// A bed of one proxy whose cluster is created and healthy.
 fn created(shards: usize, pods: u32, line: Line) -> RealBed {
-    created_with(&RealBedOptions { shards, pods, line, proxies: 1, ..RealBedOptions::default() })
-}
-
-/// A bed of `opts` whose cluster is created and healthy.
-fn created_with(opts: &RealBedOptions) -> RealBed {
-    let bed = RealBed::start(opts, action());
+    let bed = bed(shards, pods, line, 1);
     create(&bed);
     assert_healthy(&bed);
     bed
