@@ -579,18 +579,72 @@ pub async fn survey_within(
     servers: &[String],
     timeout: Duration,
 ) -> BTreeMap<String, Result<Replication, String>> {
+    ask(s, servers, timeout)
+        .await
+        .into_iter()
+        .map(|(server, asked)| (server, asked.map_err(Unanswered::text)))
+        .collect()
+}
+
+/// The survey of an unplanned transfer: members get [`UNPLANNED_SURVEY_TIMEOUT`], and when none answered and some
+/// only ran out of time, those are asked again within [`CALL_TIMEOUT`]. A pika replica stalls for seconds when its
+/// master's connection drops (2.4 s measured after a SIGKILL of the master), which is when a member-leave of a dead
+/// master asks; a failover that waited out its detection time finds them answering again.
+pub async fn survey_unplanned(s: &Session<'_>, servers: &[String]) -> BTreeMap<String, Result<Replication, String>> {
+    let first = ask(s, servers, UNPLANNED_SURVEY_TIMEOUT).await;
+    let slow: Vec<String> = first
+        .iter()
+        .filter(|(_, asked)| matches!(asked, Err(Unanswered::Slow(_))))
+        .map(|(server, _)| server.clone())
+        .collect();
+    let answered = first.values().any(Result::is_ok);
+    let mut out: BTreeMap<_, _> =
+        first.into_iter().map(|(server, asked)| (server, asked.map_err(Unanswered::text))).collect();
+    if !answered && !slow.is_empty() {
+        tracing::info!(members = slow.join(", "), "no member answered in time; asking the slow ones again");
+        out.extend(survey(s, &slow).await);
+    }
+    out
+}
+
+/// Why a member gave no `INFO`.
+enum Unanswered {
+    /// It did not answer in time.
+    Slow(String),
+    /// Anything else: refused, failed, not resolvable.
+    Failed(String),
+}
+
+impl Unanswered {
+    fn text(self) -> String {
+        match self {
+            Self::Slow(e) | Self::Failed(e) => e,
+        }
+    }
+}
+
+/// `INFO replication` of each of `servers` within `timeout`, concurrently.
+async fn ask(
+    s: &Session<'_>,
+    servers: &[String],
+    timeout: Duration,
+) -> BTreeMap<String, Result<Replication, Unanswered>> {
     let timeout = s.ctx.budget.cap(timeout);
     let mut tasks = tokio::task::JoinSet::new();
     for server in servers {
         let server = server.clone();
-        let dial = s.dial(&server).map_err(|e| e.one_line());
+        let dial = s.dial(&server).map_err(|e| Unanswered::Failed(e.one_line()));
         let password = s.ctx.secrets.pika_password.clone();
         tasks.spawn(async move {
+            let unanswered = |e: crate::clients::pika::Error| match e {
+                crate::clients::pika::Error::Timeout { .. } => Unanswered::Slow(e.to_string()),
+                e => Unanswered::Failed(e.to_string()),
+            };
             let info = match dial {
                 Err(e) => Err(e),
                 Ok(at) => match Pika::connect(&at, password.as_deref(), timeout).await {
-                    Ok(conn) => conn.info_replication().await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(conn) => conn.info_replication().await.map_err(unanswered),
+                    Err(e) => Err(unanswered(e)),
                 },
             };
             (server, info)
@@ -840,7 +894,7 @@ pub async fn move_master(s: &Session<'_>, guards: &[&LockGuard], t: &Transfer<'_
         let infos = if t.unplanned {
             let others: Vec<String> =
                 servers.iter().filter(|srv| !srv.eq_ignore_ascii_case(&master)).cloned().collect();
-            survey_within(s, &others, UNPLANNED_SURVEY_TIMEOUT).await
+            survey_unplanned(s, &others).await
         } else {
             survey(s, &servers).await
         };

@@ -21,7 +21,6 @@ mod drain_backoff;
 mod failover;
 mod failover_drain;
 mod kubeblocks;
-mod member_leave;
 mod provision;
 mod real_kubeblocks;
 mod real_pika;

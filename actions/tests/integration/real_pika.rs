@@ -17,6 +17,7 @@ mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod failover;
+mod member_leave;
 mod role_probe;
 
 fn action() -> &'static Path {
@@ -1499,6 +1500,26 @@ fn scale_in_four_to_three_on_1_0() {
 #[test]
 fn scale_in_four_to_three_on_1_1() {
     scenario_scale_in(Line::V1_1);
+}
+
+/// A scale-in whose only remaining group's master does not answer (its pod died; one pod per shard, so no failover
+/// mends it): the drain cannot ask it for `slotmigrate`, moves nothing and exits 75 for a later run, as any wait
+/// another process ends; once the pod is back, the next run drains.
+#[test]
+fn a_drain_onto_a_master_that_does_not_answer_moves_nothing_and_is_run_again() {
+    let mut bed = created(2, 1, Line::V1_1);
+    let before = bed.topology().slots;
+    let env = with(bed.env(0), &[("KB_REMOVE_SHARD_NAME", bed.shards[1].full.clone())]);
+    bed.shards[0].pod(0).crash();
+    let out = bed.run(&["shard-remove"], &env);
+    let said = describe(&out);
+    assert_eq!(out.status.code(), Some(75), "a drain onto a dead master: {said}");
+    assert!(said.contains("drain waiting") && said.contains("slotmigrate"), "{said}");
+    assert_eq!(bed.topology().slots, before, "slots moved onto a master nobody could ask");
+    bed.start_pod(0, 0);
+    run_to_completion(&bed, &["shard-remove"], &env);
+    bed.remove_shard(1);
+    assert_healthy(&bed);
 }
 
 #[test]

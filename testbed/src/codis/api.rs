@@ -488,7 +488,7 @@ async fn group_resync(sh: &Shared, x: &str, gid: Option<&str>) -> Result<(), Api
 /// fork with separate commands and a forced `SLAVEOF h p -f` when `force` is set.
 pub(crate) async fn set_master(sh: &Shared, addr: &str, master: Option<&str>, force: bool) -> Result<(), String> {
     let mut conn = Conn::dial(&sh.dial_target(addr), sh.password(), sh.opts.dial_timeout).await?;
-    let real = master.map(|m| sh.dial_target(m));
+    let real = master.map(|m| sh.told_target(m));
     let (host, port) = match &real {
         Some(r) => r
             .rsplit_once(':')

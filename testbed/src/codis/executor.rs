@@ -296,7 +296,7 @@ async fn batch(sh: &Shared, sid: usize, done: u32, from: &str, dest: &str, gener
         let left = if sh.opts.redis_stand_ins {
             emulated_batch(sh, &mut conn, sid, &from_real, &dest_real, fault).await?
         } else {
-            native_batch(&mut conn, sid, &dest_real).await?
+            native_batch(&mut conn, sid, &sh.told_target(dest)).await?
         };
         sh.return_action_conn(&from_real, conn);
         left

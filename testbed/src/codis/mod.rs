@@ -113,6 +113,10 @@ pub struct DoubleOptions {
     /// `SLOTSINFO` and `SLOTSMGRTTAGSLOT-ASYNC` would do itself. `false` sends those commands as Codis does (a real
     /// codis-server or Pika; redis-server then refuses `group/add` with its unknown-command error).
     pub redis_stand_ins: bool,
+    /// The backends resolve the registered names themselves (real pods reading the bed's hosts file): `SLAVEOF` and
+    /// migration targets are sent as registered, as Codis sends them; only the double's own dials go through
+    /// `overrides`. Default `false`: backends are told the real addresses.
+    pub backends_resolve: bool,
     /// A planted defect, for the conformance test's proof that it catches one. Never set it elsewhere.
     #[doc(hidden)]
     pub mutation: Option<Mutation>,
@@ -138,6 +142,7 @@ impl Default for DoubleOptions {
             offline_check_interval: Duration::from_millis(20),
             migration_parallel_slots: 100,
             migration_method: "semi-async".into(),
+            backends_resolve: false,
             redis_stand_ins: true,
             mutation: None,
         }
@@ -455,6 +460,16 @@ impl Shared {
     pub(crate) fn return_action_conn(&self, real: &str, conn: Conn) {
         let mut pool = self.action_pool.lock().unwrap_or_else(PoisonError::into_inner);
         pool.entry(real.to_owned()).or_default().push(conn);
+    }
+
+    /// How a backend is told of `addr` (a master to replicate, a migration's target): as registered when the
+    /// backends resolve names, else the address the double dials.
+    pub(crate) fn told_target(&self, addr: &str) -> String {
+        if self.opts.backends_resolve {
+            addr.to_owned()
+        } else {
+            self.dial_target(addr)
+        }
     }
 
     /// The real address to dial for a registered server or proxy admin address.

@@ -96,6 +96,10 @@ pub struct RealBedOptions {
     /// `max_slot_num`, pika's `default-slot-num`), as Codis requires. Fewer slots only make fewer migrations of each
     /// rebalance and drain: what runs per slot is the same. `None`: the chart's.
     pub slots: Option<u16>,
+    /// The Codis double in fork mode as the dashboard, with these options (the bed sets its product, password,
+    /// slot count, address and the pods' and proxies' addresses), in place of the fork's: for what the fork cannot
+    /// be made to do on demand.
+    pub double: Option<crate::DoubleOptions>,
 }
 
 impl Default for RealBedOptions {
@@ -108,6 +112,7 @@ impl Default for RealBedOptions {
             dashboard_settings: Vec::new(),
             proxy_settings: Vec::new(),
             slots: None,
+            double: None,
         }
     }
 }
@@ -166,8 +171,22 @@ impl RealBed {
         let etcd = EtcdServer::start_on(network.node(), || network.node_port());
         let slots = opts.slots.map(|n| n.to_string());
         let dashboard_settings = with_slots(&opts.dashboard_settings, slots.as_deref());
-        let dashboard = Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &dashboard_settings)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let dashboard = match &opts.double {
+            None => Dashboard::start(&network, &servers, &etcd.endpoint(), &name, &password, &dashboard_settings),
+            Some(double) => {
+                let opts = crate::DoubleOptions {
+                    product: name.clone(),
+                    password: Some(password.clone()),
+                    fork: true,
+                    redis_stand_ins: false,
+                    backends_resolve: true,
+                    max_slot_num: opts.slots.map_or(1024, usize::from),
+                    ..double.clone()
+                };
+                Dashboard::start_double(&network, opts)
+            }
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut bed = Self {
             name,
             shards: Vec::new(),
@@ -199,7 +218,7 @@ impl RealBed {
     pub fn add_proxy(&mut self) -> &Proxy {
         let slots = self.slots.map(|n| n.to_string());
         let settings = with_slots(&self.proxy_settings, slots.as_deref());
-        let proxy = Proxy::start(
+        let mut proxy = Proxy::configured(
             &self.network,
             &self.servers,
             self.dashboard.addr(),
@@ -208,7 +227,12 @@ impl RealBed {
             self.proxies.len(),
             &settings,
         )
-        .unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(double) = self.dashboard.double() {
+            // The double dials the address the proxy advertises, outside the bed's hosts file.
+            double.set_override(proxy.admin_addr(), proxy.admin_listen_addr());
+        }
+        proxy.spawn(&self.network).unwrap_or_else(|e| panic!("{e}\ndashboard log:\n{}", self.dashboard.log()));
         self.proxies.push(proxy);
         self.proxies.last().expect("just pushed")
     }
@@ -305,6 +329,10 @@ impl RealBed {
         self.network.resolve(&fqdn, net.addr).unwrap_or_else(|e| panic!("{e}"));
         let dir = self.network.dir().join("pods").join(&name);
         let pod = PikaPod::new(name, fqdn, ordinal, net, dir, Some(self.password.clone()), self.slots);
+        if let Some(double) = self.dashboard.double() {
+            // The double runs in this process, outside the bed's hosts file.
+            double.set_override(&pod.server(), &pod.addr());
+        }
         self.shards[index].pods.push(pod);
         self.start_pod(index, ordinal);
         ordinal

@@ -79,12 +79,20 @@ fn wait(what: &str, child: &mut Child, log: &Path, mut ready: impl FnMut() -> bo
     }
 }
 
-/// A real codis-dashboard of the fork.
+/// The bed's codis-dashboard: the fork's, or the double in fork mode where a test needs what the fork cannot be made
+/// to do on demand (refusals, failures, pauses at a chosen request).
 #[derive(Debug)]
 pub struct Dashboard {
     addr: String,
-    dir: PathBuf,
-    child: Option<Child>,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// The fork's codis-dashboard process, logging into `dir`.
+    Fork { dir: PathBuf, child: Option<Child> },
+    /// The double, serving from this process.
+    Double(Box<crate::CodisDouble>),
 }
 
 impl Dashboard {
@@ -124,13 +132,37 @@ impl Dashboard {
         let mut child = spawn(network, &servers.dashboard, &args, password, &log)?;
         let probe = addr.clone();
         wait("codis-dashboard", &mut child, &log, || http_get(&probe, "/topom/model").is_ok())?;
-        Ok(Self { addr, dir, child: Some(child) })
+        Ok(Self { addr, kind: Kind::Fork { dir, child: Some(child) } })
+    }
+
+    /// Starts the double with `opts` at the node address, where the actions and the pods reach it as they reach the
+    /// fork's.
+    ///
+    /// # Errors
+    /// When it cannot listen there.
+    pub fn start_double(network: &Network, opts: crate::DoubleOptions) -> Result<Self, String> {
+        let listen = std::net::SocketAddr::from((network.node(), network.node_port()));
+        let double = crate::CodisDouble::try_start(crate::DoubleOptions { listen: Some(listen), ..opts })
+            .map_err(|e| format!("the Codis double at {listen}: {e}"))?;
+        Ok(Self { addr: double.addr(), kind: Kind::Double(Box::new(double)) })
+    }
+
+    /// The double, when the bed runs one.
+    #[must_use]
+    pub fn double(&self) -> Option<&crate::CodisDouble> {
+        match &self.kind {
+            Kind::Double(d) => Some(d),
+            Kind::Fork { .. } => None,
+        }
     }
 
     /// One request to its HTTP API (`{xauth}` in `path` replaced by the product's), as the double's
     /// [`crate::CodisDouble::call_with_body`] makes one: the conformance check sends both the same.
     #[must_use]
     pub fn call(&self, product: &str, method: &str, path: &str, body: &str) -> crate::codis::HttpReply {
+        if let Kind::Double(d) = &self.kind {
+            return d.call_with_body(method, path, body);
+        }
         let path = path.replace("{xauth}", &crate::codis::xauth(product));
         match crate::httpd::blocking_request(&self.addr, method, &path, body) {
             Ok((status, body)) => crate::codis::HttpReply { status, body },
@@ -144,16 +176,28 @@ impl Dashboard {
         &self.addr
     }
 
-    /// Its log.
+    /// Its log (the double's: the requests it answered).
     #[must_use]
     pub fn log(&self) -> String {
-        tail(&self.dir.join("dashboard.log"))
+        match &self.kind {
+            Kind::Fork { dir, .. } => tail(&dir.join("dashboard.log")),
+            Kind::Double(d) => {
+                let requests = d.requests();
+                let last = &requests[requests.len().saturating_sub(40)..];
+                last.iter().map(|r| format!("{} {} -> {}\n", r.method, r.path, r.status)).collect()
+            }
+        }
     }
 
     /// Everything it logged.
     #[must_use]
     pub fn whole_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("dashboard.log")).unwrap_or_default()
+        match &self.kind {
+            Kind::Fork { dir, .. } => std::fs::read_to_string(dir.join("dashboard.log")).unwrap_or_default(),
+            Kind::Double(d) => {
+                d.requests().iter().map(|r| format!("{} {} -> {}\n", r.method, r.path, r.status)).collect()
+            }
+        }
     }
 
     /// What it reports now (`GET /topom`), read again while a slot entry is torn (the fork encodes its slot cache
@@ -165,7 +209,11 @@ impl Dashboard {
     pub fn topology(&self) -> Topology {
         let mut last = String::new();
         for attempt in 0..20u64 {
-            match http_get(&self.addr, "/topom").and_then(|body| Topology::parse(&body)) {
+            let body = match &self.kind {
+                Kind::Fork { .. } => http_get(&self.addr, "/topom"),
+                Kind::Double(d) => Ok(d.call("GET", "/topom").body),
+            };
+            match body.and_then(|body| Topology::parse(&body)) {
                 Ok(t) => return t,
                 Err(e) => last = e,
             }
@@ -177,7 +225,7 @@ impl Dashboard {
 
 impl Drop for Dashboard {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        if let Kind::Fork { child: Some(c), .. } = &mut self.kind {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -214,6 +262,24 @@ impl Proxy {
         index: usize,
         settings: &[(&str, &str)],
     ) -> Result<Self, String> {
+        let mut proxy = Self::configured(network, servers, dashboard, product, password, index, settings)?;
+        proxy.spawn(network)?;
+        Ok(proxy)
+    }
+
+    /// [`Proxy::start`] up to its start: its addresses and configuration are known, nothing runs yet.
+    ///
+    /// # Errors
+    /// When its directory, name or configuration cannot be made.
+    pub fn configured(
+        network: &Network,
+        servers: &Servers,
+        dashboard: &str,
+        product: &str,
+        password: &str,
+        index: usize,
+        settings: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let dir = network.dir().join(format!("proxy-{index}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let (data_port, admin_port) = (network.node_port(), network.node_port());
@@ -241,7 +307,7 @@ impl Proxy {
             format!("--host-proxy={fqdn}:{data_port}"),
             "--log-level=INFO".to_owned(),
         ];
-        let mut proxy = Self {
+        Ok(Self {
             data,
             admin,
             advertised_admin,
@@ -250,13 +316,14 @@ impl Proxy {
             args,
             dir,
             child: None,
-        };
-        proxy.spawn(network)?;
-        Ok(proxy)
+        })
     }
 
     /// Starts the process (the log of an earlier one is kept beside, numbered) and waits until it is online.
-    fn spawn(&mut self, network: &Network) -> Result<(), String> {
+    ///
+    /// # Errors
+    /// When it exits or does not come online within 30 s.
+    pub fn spawn(&mut self, network: &Network) -> Result<(), String> {
         let mut log = self.dir.join("proxy.log");
         for n in 1.. {
             if !log.exists() {
