@@ -18,7 +18,9 @@ mod conformance;
 mod crash;
 mod failover;
 mod member_leave;
+mod on_double;
 mod role_probe;
+mod switchover;
 
 fn action() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_pika-action"))
