@@ -176,16 +176,12 @@ impl Dashboard {
         &self.addr
     }
 
-    /// Its log (the double's: the requests it answered).
+    /// Its log (the double's: the last requests it answered).
     #[must_use]
     pub fn log(&self) -> String {
         match &self.kind {
             Kind::Fork { dir, .. } => tail(&dir.join("dashboard.log")),
-            Kind::Double(d) => {
-                let requests = d.requests();
-                let last = &requests[requests.len().saturating_sub(40)..];
-                last.iter().map(|r| format!("{} {} -> {}\n", r.method, r.path, r.status)).collect()
-            }
+            Kind::Double(d) => request_log(d, 40),
         }
     }
 
@@ -194,9 +190,7 @@ impl Dashboard {
     pub fn whole_log(&self) -> String {
         match &self.kind {
             Kind::Fork { dir, .. } => std::fs::read_to_string(dir.join("dashboard.log")).unwrap_or_default(),
-            Kind::Double(d) => {
-                d.requests().iter().map(|r| format!("{} {} -> {}\n", r.method, r.path, r.status)).collect()
-            }
+            Kind::Double(d) => request_log(d, usize::MAX),
         }
     }
 
@@ -221,6 +215,13 @@ impl Dashboard {
         }
         panic!("codis-dashboard at {}: {last}", self.addr);
     }
+}
+
+/// The last `last` requests the double answered, one line each.
+fn request_log(double: &crate::CodisDouble, last: usize) -> String {
+    let requests = double.requests();
+    let from = requests.len().saturating_sub(last);
+    requests[from..].iter().map(|r| format!("{} {} -> {}\n", r.method, r.path, r.status)).collect()
 }
 
 impl Drop for Dashboard {

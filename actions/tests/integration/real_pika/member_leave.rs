@@ -65,11 +65,14 @@ fn member_leave_of_the_master_promotes_a_replica_first_then_removes_it() {
     assert!(check.is_clean(), "keys lost through the proxy: {}", check.summary());
     assert_eq!(promotes(&bed), 1);
     assert_eq!(listed(&bed, gid), BTreeSet::from([0, 1]));
-    // The ordinal rule: nothing above 2, so the lowest below.
-    assert_eq!(codis_master(&bed), 0);
-    assert!(follows(&bed, 1, 0), "pod 1 does not follow the new master");
-    assert!(follows(&bed, 2, 0), "the old master was not demoted before it left");
-    assert_eq!(pika_masters(&bed), BTreeSet::from([0]));
+    // A replica whose binlog goes furthest first (the writes just before may leave one ahead for a moment on pika),
+    // then the ordinal rule (nothing above 2, so the lowest below): either replica, never the leaving pod.
+    let promoted = codis_master(&bed);
+    assert!(promoted == 0 || promoted == 1, "pod {promoted} promoted");
+    let other = 1 - promoted;
+    assert!(follows(&bed, other, promoted), "pod {other} does not follow the new master");
+    assert!(follows(&bed, 2, promoted), "the old master was not demoted before it left");
+    assert_eq!(pika_masters(&bed), BTreeSet::from([promoted]));
 
     codis(&bed).clear_requests();
     assert_eq!(bed.run(&["member-leave"], &leave_env(&bed, 2)).status.code(), Some(0));
